@@ -1,0 +1,1 @@
+"""The shell: CLI, HTTP server, worker, stores, GitHub client, Action entry, sandbox."""

@@ -1,0 +1,1 @@
+"""Autoloop: ghapp/sandbox."""

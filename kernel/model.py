@@ -1,0 +1,186 @@
+"""The frozen vocabulary of the core: configuration, inputs, facts and effects.
+
+Everything here is a value. Facts are past tense and are what the ledger stores;
+inputs are what the shell hands to :func:`kernel.step.step`; effects are what the
+shell must carry out (through the outbox) after the facts commit.
+
+Facts are stored as ``{"type": <class name>, "v": <version>, "data": {...}}`` by
+:mod:`kernel.codec`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Access = Literal["read", "edit", "full"]
+CardKind = Literal["ask", "notice"]
+CardState = Literal["open", "decided", "done", "closed"]
+TurnState = Literal["running", "done", "failed"]
+TurnKind = Literal["normal", "repair", "retry"]
+TurnOutcome = Literal[
+    "ok",  # a valid receipt (possibly empty) was applied
+    "no_receipt",  # the agent ended without a receipt block: no effects, no retry
+    "malformed",  # the receipt block was invalid: nothing applied, one repair turn
+    "failed",  # the agent process failed
+    "timeout",  # killed at timeout_s
+    "lease_expired",  # the worker holding the claim went away
+    "refused",  # the turn could not start (budget, unknown agent...)
+]
+ActionStatus = Literal["allowed", "awaiting_approval", "refused", "done", "failed", "declined"]
+
+DEFAULT_MAX_HOPS = 8
+
+
+# --------------------------------------------------------------------------- config
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SourceSpec:
+    name: str
+    adapter: str  # a source adapter name: "hmac", "local", ...
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentSpec:
+    name: str
+    use: str  # adapter name, e.g. "command" or "demo"
+    worker: str = "any"
+    command: tuple[str, ...] = ()
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChannelSpec:
+    name: str
+    use: str  # a channel adapter name, e.g. "console" or "webhook"
+    links: bool = False
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Trigger:
+    """The ``on`` part of a rule. Empty tuples match anything."""
+
+    source: tuple[str, ...] = ()
+    type: tuple[str, ...] = ()  # exact types, or prefixes ending in "*" ("issues.*")
+    subject: tuple[str, ...] = ()  # exact subjects or prefixes ending in "*"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Rule:
+    name: str
+    agent: str
+    on: Trigger | None = None
+    every: str | None = None  # cron line, in the rules' timezone
+    cwd: str = "."
+    skill: str | None = None
+    instructions: str | None = None  # the owner's own words for the agent
+    access: Access = "read"
+    parallel: bool = False
+    emits: tuple[str, ...] = ()
+    allow: tuple[str, ...] = ()
+    approve: tuple[str, ...] = ()
+    notify: tuple[str, ...] = ()
+    timeout_s: float = 1800.0
+    budget_usd: float | None = None
+    max_retries: int = 2
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Rules:
+    version: str  # content hash of the canonical file
+    path: str = "rules.json"
+    timezone: str = "UTC"
+    max_hops: int = DEFAULT_MAX_HOPS
+    ask_first: tuple[str, ...] = ()
+    owner_notify: tuple[str, ...] = ()  # channels for owner cards; default: all rules' notify
+    max_parallel: int = 2
+    max_usd_per_day: float | None = None
+    max_tokens_per_day: int | None = None
+    secret_env: tuple[str, ...] = ()  # env var names whose values are redacted
+    sources: Mapping[str, SourceSpec] = field(default_factory=dict)
+    agents: Mapping[str, AgentSpec] = field(default_factory=dict)
+    channels: Mapping[str, ChannelSpec] = field(default_factory=dict)
+    rules: tuple[Rule, ...] = ()
+
+    def rule(self, name: str) -> Rule | None:
+        for r in self.rules:
+            if r.name == name:
+                return r
+        return None
+
+
+# --------------------------------------------------------------------------- receipt
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AskSpec:
+    key: str
+    title: str
+    text: str = ""
+    options: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NoticeSpec:
+    title: str
+    text: str = ""
+    key: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LaterSpec:
+    in_seconds: int | None = None
+    at: str | None = None  # ISO 8601 with offset
+    why: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EmitSpec:
+    type: str
+    subject: str | None = None
+    summary: str = ""
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ActionSpec:
+    do: str  # a write-back name from the rule's allow/approve lists
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Receipt:
+    ask: tuple[AskSpec, ...] = ()
+    notice: tuple[NoticeSpec, ...] = ()
+    later: tuple[LaterSpec, ...] = ()
+    resolve: tuple[str, ...] = ()
+    events: tuple[EmitSpec, ...] = ()
+    actions: tuple[ActionSpec, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReceiptError:
+    """A receipt block that could not be read; ``where`` points at the bad part."""
+
+    message: str
+    where: str = ""
+
+
+# --------------------------------------------------------------------------- events
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Event:
+    source: str
+    id: str
+    type: str
+    subject: str
+    summary: str = ""
+    link: str = ""
+    hops: int = 0
+    details: Mapping[str, Any] = field(default_factory=dict)  # untrusted data, never a prompt
+    matter: str | None = None  # set for answers and timers: goes straight to that matter

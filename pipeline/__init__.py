@@ -1,0 +1,1 @@
+"""The delivery pipeline as a pure state machine: stages, transitions and verdicts."""

@@ -1,0 +1,1 @@
+"""Small I/O adapters behind Protocols: sources, agents, channels."""

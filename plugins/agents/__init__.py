@@ -1,0 +1,1 @@
+"""Autoloop: plugins/agents."""

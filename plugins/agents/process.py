@@ -1,0 +1,134 @@
+"""Run one agent process: argv only (never a shell), its own process group, a hard timeout.
+
+On timeout the whole process group gets SIGTERM, then SIGKILL after a grace period, so
+children the agent started die with it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+GRACE_S = 2.0
+MAX_CAPTURE = 8 * 1024 * 1024  # keep at most this much of each stream
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProcessResult:
+    argv: tuple[str, ...]
+    exit_code: int | None  # None when it could not be started
+    stdout: str
+    stderr: str
+    timed_out: bool
+    spawn_error: str | None  # set when the program could not be started at all
+    pid: int | None
+    first_output_s: float | None  # seconds from spawn to the first byte on stdout
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=GRACE_S)
+    # Children may outlive the leader: always finish the group off.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=GRACE_S)
+
+
+def run_process(
+    argv: Sequence[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    timeout_s: float,
+    stdin: bytes | None = None,
+    on_start: Callable[[int], None] | None = None,
+) -> ProcessResult:
+    """Run ``argv`` to completion or until ``timeout_s``; never raises for the child's sake."""
+    args = tuple(argv)
+    started = time.monotonic()
+    try:
+        proc = subprocess.Popen(  # argv list, shell=False: nothing is interpreted
+            args,
+            cwd=str(cwd),
+            env=dict(env),
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            close_fds=True,
+        )
+    except OSError as exc:
+        return ProcessResult(
+            argv=args,
+            exit_code=None,
+            stdout="",
+            stderr="",
+            timed_out=False,
+            spawn_error=f"{args[0] if args else '?'}: {exc.strerror or exc}",
+            pid=None,
+            first_output_s=None,
+        )
+    if on_start is not None:
+        on_start(proc.pid)
+
+    out_chunks: list[bytes] = []
+    err_chunks: list[bytes] = []
+    first: list[float] = []
+
+    def pump(stream: object, sink: list[bytes], mark_first: bool) -> None:
+        size = 0
+        read = stream.read1  # type: ignore[attr-defined]  # BufferedReader
+        while True:
+            chunk: bytes = read(65536)
+            if not chunk:
+                return
+            if mark_first and not first:
+                first.append(time.monotonic() - started)
+            if size < MAX_CAPTURE:
+                sink.append(chunk[: MAX_CAPTURE - size])
+                size += len(chunk)
+
+    threads = [
+        threading.Thread(target=pump, args=(proc.stdout, out_chunks, True), daemon=True),
+        threading.Thread(target=pump, args=(proc.stderr, err_chunks, False), daemon=True),
+    ]
+    for t in threads:
+        t.start()
+    if stdin is not None and proc.stdin is not None:
+        with contextlib.suppress(BrokenPipeError):
+            proc.stdin.write(stdin)
+        with contextlib.suppress(BrokenPipeError):
+            proc.stdin.close()
+
+    timed_out = False
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _kill_group(proc)
+    else:
+        # The leader is gone; anything it left behind in its group goes too.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    for t in threads:
+        t.join(timeout=GRACE_S)
+    return ProcessResult(
+        argv=args,
+        exit_code=proc.returncode,
+        stdout=b"".join(out_chunks).decode("utf-8", "replace"),
+        stderr=b"".join(err_chunks).decode("utf-8", "replace"),
+        timed_out=timed_out,
+        spawn_error=None,
+        pid=proc.pid,
+        first_output_s=first[0] if first else None,
+    )
