@@ -122,6 +122,12 @@ def run_process(
             os.killpg(proc.pid, signal.SIGKILL)
     for t in threads:
         t.join(timeout=GRACE_S)
+    # Close our ends of the pipes (left open they leak a descriptor per turn). A stream
+    # whose reader is still blocked -- held open by a process outside the group -- is left
+    # to that reader.
+    for t, stream in zip(threads, (proc.stdout, proc.stderr), strict=True):
+        if stream is not None and not t.is_alive():
+            stream.close()
     return ProcessResult(
         argv=args,
         exit_code=proc.returncode,

@@ -1,0 +1,1 @@
+"""Fake agent CLIs: real executables the agent tests put first on PATH."""
