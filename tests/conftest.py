@@ -6,6 +6,8 @@ import os
 
 import pytest
 
+pytest_plugins = ("tests.stores",)
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--slow", action="store_true", help="also run long soak and simulation runs")

@@ -1,0 +1,158 @@
+"""Take one decision against the store: load, step, commit facts with their records.
+
+``Ledger.decide(input)`` runs inside one write transaction: it loads the records the
+kernel needs, calls :func:`kernel.step.step`, and writes the new facts and every record
+they changed before committing. Nothing is acknowledged before that commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from ghapp.store.base import DuplicateFact, Store, Tx
+from kernel import step as k
+from kernel.facts import fact_key
+from kernel.model import Rules
+from kernel.records import Card, Matter, Record, Timer, Turn
+from kernel.state import State, replay
+
+Clock = Callable[[], datetime]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    decision: k.Decision
+    seqs: tuple[int, ...]
+
+    @property
+    def reply(self) -> k.Reply:
+        return self.decision.reply
+
+
+def load_state(tx: Tx, needs: k.Needs, now: datetime, *, with_events: bool = False) -> State:
+    st = State()
+    meta = tx.get("meta", "counters")
+    if meta is not None:
+        st.put(meta)
+    matters: set[str] = set(needs.matters)
+
+    def add(rec: Record | None) -> None:
+        if rec is None:
+            return
+        st.put(rec)
+        if isinstance(rec, Turn | Card | Timer):
+            matters.add(rec.matter)
+
+    for tid in needs.turns:
+        add(tx.get("turn", tid))
+    for cid in needs.cards:
+        add(tx.get("card", cid))
+    at = k.iso(now)
+    if needs.due_timers:
+        for rec in tx.query("timer", states=["armed"], due_before=at):
+            add(rec)
+    if needs.lapsed_leases:
+        for rec in tx.query("turn", states=["running"], due_before=at):
+            add(rec)
+    if needs.owner:
+        for rec in tx.query("card", matter=k.OWNER_MATTER):
+            st.put(rec)
+    for mid in sorted(matters):
+        m = tx.get("matter", mid)
+        if not isinstance(m, Matter):
+            continue
+        st.put(m)
+        for rec in tx.query("card", matter=mid, states=["open", "decided"]):
+            st.put(rec)
+        if m.running and m.running not in st.turns:
+            t = tx.get("turn", m.running)
+            if t is not None:
+                st.put(t)
+        if with_events:
+            for seq in (*m.retry, *m.pending):
+                ev = tx.get("event", f"{seq:012d}")
+                if ev is not None:
+                    st.put(ev)
+    return st
+
+
+class Ledger:
+    def __init__(self, store: Store, rules: Callable[[], Rules], clock: Clock) -> None:
+        self.store = store
+        self.rules = rules
+        self.clock = clock
+
+    def decide(self, inp: k.Input, *, now: datetime | None = None) -> Outcome:
+        rules = self.rules()
+        when = now or self.clock()
+        with self.store.write() as tx:
+            if isinstance(inp, k.Ingest):
+                key = f"event:{inp.event.source}:{inp.event.id}"
+                if tx.has_key(key):
+                    reply = k.Reply(
+                        ok=True,
+                        code="duplicate",
+                        message=(
+                            f"duplicate: ({inp.event.source}, {inp.event.id}) was recorded before"
+                        ),
+                    )
+                    empty = k.Decision(facts=(), effects=(), reply=reply, touched=frozenset())
+                    return Outcome(empty, ())
+            needs = k.needs(inp, rules)
+            state = load_state(tx, needs, when, with_events=isinstance(inp, k.Claim))
+            if isinstance(inp, k.Finish):
+                t = state.turns.get(inp.turn)
+                if t is not None:
+                    extra = k.emitted_matters(inp, rules, rules.rule(t.rule))
+                    if extra - set(state.matters):
+                        more = load_state(tx, k.Needs(matters=extra), when)
+                        for rec in more.records():
+                            if rec.kind != "meta":
+                                state.put(rec)
+            if isinstance(inp, k.ActionTried | k.ActionDone):
+                act = tx.get("action", inp.action)
+                if act is not None:
+                    state.put(act)
+            decision = k.step(state, inp, now=when, rules=rules)
+            records = [r for key in sorted(decision.touched) if (r := state.get(key)) is not None]
+            for fact in decision.facts:
+                fk = fact_key(fact)
+                if fk is not None and tx.has_key(fk):
+                    raise DuplicateFact(fk)
+            seqs = tx.append(decision.facts, records)
+        return Outcome(decision, tuple(seqs))
+
+    # -- rebuild ------------------------------------------------------------------------
+
+    def replayed(self) -> State:
+        with self.store.read() as tx:
+            facts = [fact for _, _, fact in tx.facts()]
+        return replay(facts)
+
+    def check(self) -> list[str]:
+        """Differences between the live projections and a replay of the facts."""
+        from kernel.codec import dump_record  # noqa: PLC0415  # only rebuild needs it
+
+        fresh = {(r.kind, r.id): dump_record(r) for r in self.replayed().records()}
+        with self.store.read() as tx:
+            live = {(k_, i): d for k_, i, d in tx.raw_records()}
+        diffs: list[str] = []
+        for key in sorted(set(fresh) | set(live)):
+            a, b = live.get(key), fresh.get(key)
+            if a is None:
+                diffs.append(f"missing {key[0]} {key[1]}")
+            elif b is None:
+                diffs.append(f"extra {key[0]} {key[1]}")
+            elif a != b:
+                diffs.append(f"differs {key[0]} {key[1]}")
+        return diffs
+
+    def rebuild(self) -> int:
+        with self.store.write() as tx:
+            facts = [fact for _, _, fact in tx.facts()]
+            state = replay(facts)
+            recs = state.records()
+            tx.replace_records(recs)
+        return len(recs)

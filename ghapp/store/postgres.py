@@ -1,0 +1,89 @@
+"""The ledger on PostgreSQL, for many replicas sharing one database.
+
+The same tables and SQL as SQLite (:mod:`ghapp.store.base`). Writers serialise on a
+transaction-scoped advisory lock, so every decision sees the facts committed before
+it, whichever replica takes it. Facts are append-only: a trigger refuses UPDATE and
+DELETE on them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from ghapp.store.base import SCHEMA_VERSION, SqlTx, StoreError
+
+LOCK_ID = 0x6175746F6C6F6F70 & 0x7FFFFFFFFFFFFFFF  # "autoloop"
+
+SCHEMA = [
+    """CREATE TABLE IF NOT EXISTS facts (
+        seq BIGSERIAL PRIMARY KEY,
+        at TEXT NOT NULL,
+        type TEXT NOT NULL,
+        v INTEGER NOT NULL,
+        fkey TEXT UNIQUE,
+        data TEXT NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS records (
+        kind TEXT NOT NULL,
+        id TEXT NOT NULL,
+        matter TEXT NOT NULL DEFAULT '',
+        state TEXT NOT NULL DEFAULT '',
+        due TEXT NOT NULL DEFAULT '',
+        data TEXT NOT NULL,
+        PRIMARY KEY (kind, id)
+    )""",
+    "CREATE INDEX IF NOT EXISTS records_by_state ON records (kind, state, due)",
+    "CREATE INDEX IF NOT EXISTS records_by_matter ON records (kind, matter)",
+    "CREATE TABLE IF NOT EXISTS ledger_info (k TEXT PRIMARY KEY, v TEXT NOT NULL)",
+    """CREATE OR REPLACE FUNCTION autoloop_facts_append_only() RETURNS trigger AS $$
+       BEGIN RAISE EXCEPTION 'facts are append-only'; END; $$ LANGUAGE plpgsql""",
+    "DROP TRIGGER IF EXISTS facts_append_only ON facts",
+    """CREATE TRIGGER facts_append_only BEFORE UPDATE OR DELETE ON facts
+       FOR EACH ROW EXECUTE FUNCTION autoloop_facts_append_only()""",
+]
+
+
+class PostgresStore:
+    def __init__(self, url: str, *, connect_timeout_s: int = 10) -> None:
+        import psycopg  # noqa: PLC0415  # only users of PostgreSQL need it loaded
+
+        self.url = url
+        self._psycopg = psycopg
+        try:
+            self._conn: Any = psycopg.connect(
+                url, autocommit=True, connect_timeout=connect_timeout_s
+            )
+            with self._conn.transaction():
+                self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_ID,))
+                for stmt in SCHEMA:
+                    self._conn.execute(stmt)
+                self._conn.execute(
+                    "INSERT INTO ledger_info (k, v) VALUES ('schema', %s) ON CONFLICT DO NOTHING",
+                    (str(SCHEMA_VERSION),),
+                )
+        except psycopg.Error as exc:
+            raise StoreError(
+                f"cannot open the PostgreSQL ledger: {exc}".strip()
+                + "; check AUTOLOOP_DB and that the server is running"
+            ) from exc
+        self._lock = threading.RLock()
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[SqlTx]:
+        with self._lock, self._conn.transaction():
+            cur = self._conn.cursor()
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_ID,))
+            yield SqlTx(cur, "%s")
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[SqlTx]:
+        with self._lock, self._conn.transaction():
+            cur = self._conn.cursor()
+            yield SqlTx(cur, "%s")
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()

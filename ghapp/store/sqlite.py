@@ -1,0 +1,102 @@
+"""The embedded default ledger: one SQLite file, WAL, ``synchronous=FULL``.
+
+Writers take the database's write lock with ``BEGIN IMMEDIATE``, so several processes
+(a server, a worker, a CLI) can share one file safely. Facts are append-only: triggers
+refuse any UPDATE or DELETE on the facts table.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+from ghapp.store.base import SCHEMA_VERSION, SqlTx, StoreError
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS facts (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    at TEXT NOT NULL,
+    type TEXT NOT NULL,
+    v INTEGER NOT NULL,
+    fkey TEXT UNIQUE,
+    data TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS records (
+    kind TEXT NOT NULL,
+    id TEXT NOT NULL,
+    matter TEXT NOT NULL DEFAULT '',
+    state TEXT NOT NULL DEFAULT '',
+    due TEXT NOT NULL DEFAULT '',
+    data TEXT NOT NULL,
+    PRIMARY KEY (kind, id)
+);
+CREATE INDEX IF NOT EXISTS records_by_state ON records (kind, state, due);
+CREATE INDEX IF NOT EXISTS records_by_matter ON records (kind, matter);
+CREATE TABLE IF NOT EXISTS ledger_info (k TEXT PRIMARY KEY, v TEXT NOT NULL);
+CREATE TRIGGER IF NOT EXISTS facts_append_only_u BEFORE UPDATE ON facts
+BEGIN SELECT RAISE(ABORT, 'facts are append-only'); END;
+CREATE TRIGGER IF NOT EXISTS facts_append_only_d BEFORE DELETE ON facts
+BEGIN SELECT RAISE(ABORT, 'facts are append-only'); END;
+"""
+
+
+class SqliteStore:
+    def __init__(self, url: str, *, timeout_s: float = 30.0) -> None:
+        self.url = url
+        path = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else url
+        path = path.removeprefix("sqlite:")
+        self.path = Path(path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._conn = sqlite3.connect(
+                str(self.path), timeout=timeout_s, isolation_level=None, check_same_thread=False
+            )
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=FULL")
+            self._conn.execute("PRAGMA foreign_keys=ON")
+            self._conn.executescript(SCHEMA)
+            self._conn.execute(
+                "INSERT OR IGNORE INTO ledger_info (k, v) VALUES ('schema', ?)",
+                (str(SCHEMA_VERSION),),
+            )
+        except (sqlite3.Error, OSError) as exc:
+            raise StoreError(
+                f"cannot open the ledger at {self.path}: {exc}; check AUTOLOOP_HOME/AUTOLOOP_DB"
+            ) from exc
+        self._lock = threading.RLock()
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[SqlTx]:
+        with self._lock:
+            cur = self._conn.cursor()
+            try:
+                cur.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                raise StoreError(f"the ledger is locked ({exc}); retry in a moment") from exc
+            try:
+                yield SqlTx(cur, "?")
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+            else:
+                cur.execute("COMMIT")
+            finally:
+                cur.close()
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[SqlTx]:
+        with self._lock:
+            cur = self._conn.cursor()
+            cur.execute("BEGIN")
+            try:
+                yield SqlTx(cur, "?")
+            finally:
+                cur.execute("ROLLBACK")
+                cur.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()

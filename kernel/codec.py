@@ -1,0 +1,102 @@
+"""Turn facts and records into plain JSON-able data and back.
+
+Stored form of a fact: ``{"type": "TurnStarted", "v": 1, "data": {...}}``. Records are
+stored as their ``data`` alone, under their kind.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any
+
+from kernel import records
+from kernel.facts import FACT_TYPES, Fact
+from kernel.model import Event
+
+FACT_VERSION = 1
+
+RECORD_TYPES: dict[str, type[Any]] = {
+    "meta": records.Meta,
+    "event": records.EventRow,
+    "matter": records.Matter,
+    "turn": records.Turn,
+    "card": records.Card,
+    "timer": records.Timer,
+    "action": records.Action,
+}
+
+
+def to_data(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_data(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, tuple | list):
+        return [to_data(x) for x in obj]
+    if isinstance(obj, Mapping):
+        return {str(k): to_data(v) for k, v in obj.items()}
+    return obj
+
+
+_HINTS: dict[type[Any], dict[str, Any]] = {}
+
+
+def _hints(cls: type[Any]) -> dict[str, Any]:
+    hints = _HINTS.get(cls)
+    if hints is None:
+        hints = _HINTS[cls] = typing.get_type_hints(cls)
+    return hints
+
+
+def _convert(hint: Any, value: Any) -> Any:
+    if value is None:
+        return None
+    origin = typing.get_origin(hint)
+    if origin is tuple:
+        args = typing.get_args(hint)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_convert(args[0], v) for v in value)
+        return tuple(_convert(a, v) for a, v in zip(args, value, strict=True))
+    if origin in (typing.Union, types.UnionType):
+        for arg in typing.get_args(hint):
+            if arg is type(None):
+                continue
+            return _convert(arg, value)
+    if hint is Event:
+        return from_data(Event, value)
+    return value
+
+
+def from_data(cls: type[Any], data: Mapping[str, Any]) -> Any:
+    hints = _hints(cls)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name in data:
+            kwargs[f.name] = _convert(hints[f.name], data[f.name])
+    return cls(**kwargs)
+
+
+def dump_fact(fact: Fact) -> str:
+    return json.dumps(
+        {"type": type(fact).__name__, "v": FACT_VERSION, "data": to_data(fact)},
+        separators=(",", ":"),
+        sort_keys=True,
+    )
+
+
+def load_fact(text: str) -> Fact:
+    raw = json.loads(text)
+    cls = FACT_TYPES[raw["type"]]
+    fact: Fact = from_data(cls, raw["data"])
+    return fact
+
+
+def dump_record(rec: records.Record) -> str:
+    return json.dumps(to_data(rec), separators=(",", ":"), sort_keys=True)
+
+
+def load_record(kind: str, text: str) -> records.Record:
+    rec: records.Record = from_data(RECORD_TYPES[kind], json.loads(text))
+    return rec

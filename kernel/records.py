@@ -1,0 +1,178 @@
+"""Projection records: the current state of matters, turns, cards, timers and actions.
+
+Records are frozen; the fold in :mod:`kernel.state` replaces them. Each has a ``kind``
+and an ``id`` and three index values (``matter``, ``state``, ``due``) that stores keep
+in columns so that the shell can find runnable matters, due timers and open cards
+without reading everything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kernel.model import Event
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Meta:
+    events: int = 0  # event sequence numbers handed out
+    turns: int = 0
+    cards: int = 0
+    ticks: Mapping[str, str] = field(default_factory=dict)  # rule -> last schedule tick (ISO)
+
+    kind = "meta"
+
+    @property
+    def id(self) -> str:
+        return "counters"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EventRow:
+    seq: int
+    event: Event
+    at: str
+    routes: tuple[str, ...] = ()  # matters it went to
+    dispatched: bool = False
+    reason: str = ""  # why it was not dispatched
+
+    kind = "event"
+
+    @property
+    def id(self) -> str:
+        return f"{self.seq:012d}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Matter:
+    id: str
+    rule: str
+    subject: str
+    session: str  # AUTOLOOP_SESSION: stable for the matter
+    agent_session: str | None = None  # the agent's own session, to resume
+    pending: tuple[int, ...] = ()  # event seqs waiting for the next turn
+    running: str | None = None  # the turn running now
+    hops: int = 0  # hops of the last batch
+    repair: str | None = None  # a turn whose malformed receipt must be rewritten
+    retry: tuple[int, ...] = ()  # events of a failed turn to run again
+    failures: int = 0  # consecutive failed attempts
+    turns: int = 0
+
+    kind = "matter"
+
+    @property
+    def runnable(self) -> bool:
+        return self.running is None and bool(self.pending or self.repair or self.retry)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Turn:
+    id: str
+    matter: str
+    rule: str
+    agent: str
+    worker: str
+    kind_: str = "normal"  # normal | repair | retry
+    state: str = "running"  # running | done | failed
+    events: tuple[int, ...] = ()
+    hops: int = 0
+    session: str = ""
+    resume: str | None = None
+    rules_version: str = ""
+    fence: int = 0
+    lease_until: str = ""
+    started_at: str = ""
+    ended_at: str = ""
+    outcome: str = ""
+    agent_session: str | None = None
+    cost_usd: float | None = None
+    tokens: int | None = None
+    error: str = ""
+    receipt: Mapping[str, Any] | None = None  # what was applied, as plain data
+    cards: tuple[str, ...] = ()
+    timers: tuple[str, ...] = ()
+    emitted: tuple[int, ...] = ()
+    actions: tuple[str, ...] = ()
+    refused: tuple[str, ...] = ()  # late or foreign receipts that were refused
+    repair_of: str | None = None  # the turn whose receipt this one rewrites
+
+    kind = "turn"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Card:
+    id: str
+    key: str
+    matter: str
+    kind_: str  # ask | notice
+    state: str = "open"  # open | decided | done | closed
+    title: str = ""
+    text: str = ""
+    options: tuple[str, ...] = ()
+    choice: int | None = None  # 1-based
+    version: int = 1
+    turn: str | None = None
+    hops: int = 0
+    opened_at: str = ""
+    answered_by: str = ""
+    answered_via: str = ""
+    action: str | None = None  # the action this card approves
+    delivered: Mapping[str, Any] = field(default_factory=dict)  # channel -> {version, ref}
+
+    kind = "card"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Timer:
+    id: str
+    matter: str
+    due: str  # ISO 8601, UTC
+    why: str = ""
+    hops: int = 0
+    turn: str = ""
+    fired: bool = False
+
+    kind = "timer"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Action:
+    id: str  # also the idempotency key
+    matter: str
+    turn: str
+    do: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+    status: str = "allowed"  # allowed | awaiting_approval | refused | declined | done | failed
+    card: str | None = None
+    result: Mapping[str, Any] = field(default_factory=dict)
+    attempts: int = 0
+    error: str = ""
+
+    kind = "action"
+
+
+Record = Meta | EventRow | Matter | Turn | Card | Timer | Action
+
+
+def index_of(rec: Record) -> tuple[str, str, str]:
+    """(matter, state, due) columns that stores keep for queries."""
+    if isinstance(rec, Matter):
+        state = "running" if rec.running else ("runnable" if rec.runnable else "idle")
+        return rec.id, state, ""
+    if isinstance(rec, Turn):
+        return rec.matter, rec.state, rec.lease_until if rec.state == "running" else ""
+    if isinstance(rec, Card):
+        return rec.matter, rec.state, ""
+    if isinstance(rec, Timer):
+        return rec.matter, "fired" if rec.fired else "armed", rec.due
+    if isinstance(rec, Action):
+        return rec.matter, rec.status, ""
+    if isinstance(rec, EventRow):
+        return (
+            rec.routes[0] if rec.routes else "",
+            "dispatched" if rec.dispatched else "not_dispatched",
+            "",
+        )
+    return "", "", ""

@@ -1,0 +1,244 @@
+"""The decision function, driven through whole scenarios in memory."""
+
+from __future__ import annotations
+
+import json
+
+from kernel import step as k
+from kernel.model import Trigger
+from tests.kernel_helpers import Kernel, ev, receipt, rule, rules_of
+
+ASK = receipt(
+    json.dumps({"ask": [{"key": "colour", "title": "Pick", "options": ["red", "green", "blue"]}]})
+)
+
+
+def test_same_source_and_id_twice_is_one_event() -> None:
+    kn = Kernel(rules_of(rule()))
+    assert kn.step(k.Ingest(event=ev("1"))).reply.code == "recorded"
+    assert kn.step(k.Ingest(event=ev("1"))).reply.code == "duplicate"
+    assert len(kn.state.events) == 1
+    assert kn.state.matters["r"].pending == (1,)
+
+
+def test_events_arriving_during_a_turn_form_exactly_one_next_batch() -> None:
+    kn = Kernel(rules_of(rule()))
+    kn.step(k.Ingest(event=ev("0")))
+    t1 = kn.claim("r")
+    assert t1 is not None
+    for i in range(1, 4):
+        kn.step(k.Ingest(event=ev(str(i))))
+    assert kn.claim("r") is None  # one running turn per matter
+    kn.finish(t1, "no receipt here")
+    t2 = kn.claim("r")
+    assert t2 is not None
+    assert kn.state.turns[t2].events == (2, 3, 4)
+    assert kn.claim("r") is None
+
+
+def test_parallel_rule_gives_one_matter_per_subject() -> None:
+    kn = Kernel(rules_of(rule(parallel=True)))
+    for i, subject in enumerate(["a", "b", "a"]):
+        kn.step(k.Ingest(event=ev(str(i), subject=subject)))
+    assert kn.state.matters["r/a"].pending == (1, 3)
+    assert kn.state.matters["r/b"].pending == (2,)
+
+
+def test_ask_waits_then_answer_resumes_reported_session() -> None:
+    kn = Kernel(rules_of(rule()))
+    kn.step(k.Ingest(event=ev("1")))
+    t1 = kn.claim("r")
+    assert t1
+    d = kn.finish(t1, ASK, session="agent-xyz")
+    assert any(isinstance(e, k.SendCard) for e in d.effects)
+    card = next(iter(kn.state.cards.values()))
+    assert (card.state, card.kind_, card.options) == ("open", "ask", ("red", "green", "blue"))
+    assert not kn.state.matters["r"].runnable  # nothing runs while the card waits
+    assert kn.step(k.Answer(card=card.id, choice=2, by="me")).reply.ok
+    again = kn.step(k.Answer(card=card.id, choice=1, by="me"))
+    assert (again.reply.ok, again.reply.code) == (False, "refused")
+    assert "already answered" in again.reply.message
+    t2 = kn.claim("r")
+    assert t2
+    turn = kn.state.turns[t2]
+    assert turn.resume == "agent-xyz"
+    answer = kn.state.events[turn.events[0]].event
+    assert (answer.type, answer.details["choice"], answer.details["index"]) == (
+        "card.answered",
+        "green",
+        2,
+    )
+    assert kn.claim("r") is None
+
+
+def test_unknown_card_and_bad_choice_are_refused_with_a_message() -> None:
+    kn = Kernel(rules_of(rule()))
+    r = kn.step(k.Answer(card="c99", choice=1, by="me")).reply
+    assert (r.ok, r.code) == (False, "unknown")
+    assert "autoloop cards" in r.message
+    kn.step(k.Ingest(event=ev("1")))
+    t = kn.claim("r")
+    assert t
+    kn.finish(t, ASK)
+    r = kn.step(k.Answer(card="c1", choice=7, by="me")).reply
+    assert (r.ok, r.code) == (False, "invalid")
+
+
+def test_self_waking_chain_stops_after_max_hops_with_one_card() -> None:
+    loop = rule(on=Trigger(type=("ping",)), emits=("ping",))
+    kn = Kernel(rules_of(loop))
+    kn.step(k.Ingest(event=ev("start")))
+    turns = []
+    while (t := kn.claim("r")) is not None:
+        turns.append(t)
+        kn.finish(t, receipt('{"events": [{"type": "ping"}]}'))
+    assert [kn.state.turns[t].hops for t in turns] == list(range(9))
+    cut = [e for e in kn.state.events.values() if e.event.hops == 9]
+    assert len(cut) == 1 and not cut[0].dispatched
+    assert "hop limit" in cut[0].reason
+    hop_cards = [c for c in kn.state.cards.values() if c.key == k.HOP_LIMIT_KEY]
+    assert len(hop_cards) == 1
+
+
+def test_malformed_receipt_gets_one_repair_turn_in_the_same_session() -> None:
+    kn = Kernel(rules_of(rule()))
+    kn.step(k.Ingest(event=ev("1")))
+    t1 = kn.claim("r")
+    assert t1
+    kn.finish(t1, receipt('{"ask": [{"key": "x", "title": "t", "options": ["only one"]}]}'))
+    assert kn.state.turns[t1].outcome == "malformed"
+    assert kn.state.cards == {}
+    t2 = kn.claim("r")
+    assert t2
+    repair = kn.state.turns[t2]
+    assert (repair.kind_, repair.resume, repair.events) == ("repair", "sess-1", ())
+    kn.finish(t2, receipt('{"notice": [{"title": "fixed"}]}'))
+    assert [c.title for c in kn.state.cards.values()] == ["fixed"]
+    assert kn.claim("r") is None
+
+
+def test_malformed_twice_raises_a_notice_and_stops() -> None:
+    kn = Kernel(rules_of(rule()))
+    kn.step(k.Ingest(event=ev("1")))
+    bad = receipt("{not json")
+    t1 = kn.claim("r")
+    assert t1
+    kn.finish(t1, bad)
+    t2 = kn.claim("r")
+    assert t2
+    kn.finish(t2, bad)
+    assert kn.claim("r") is None
+    (card,) = kn.state.cards.values()
+    assert card.kind_ == "notice" and "malformed twice" in card.title
+
+
+def test_no_receipt_ends_quietly_without_retry() -> None:
+    kn = Kernel(rules_of(rule()))
+    kn.step(k.Ingest(event=ev("1")))
+    t1 = kn.claim("r")
+    assert t1
+    d = kn.finish(t1, "all done, nothing to say")
+    assert kn.state.turns[t1].outcome == "no_receipt"
+    assert d.effects == ()
+    assert kn.claim("r") is None
+
+
+def test_later_fires_once_even_when_the_clock_goes_back() -> None:
+    kn = Kernel(rules_of(rule()))
+    kn.step(k.Ingest(event=ev("1")))
+    t1 = kn.claim("r")
+    assert t1
+    kn.finish(t1, receipt('{"later": [{"in": "30m", "why": "re-check"}]}'))
+    kn.advance(minutes=29)
+    assert kn.step(k.Tick()).reply.data["timers_fired"] == 0
+    kn.advance(minutes=2)
+    assert kn.step(k.Tick()).reply.data["timers_fired"] == 1
+    kn.advance(minutes=-20)
+    assert kn.step(k.Tick()).reply.data["timers_fired"] == 0
+    kn.advance(minutes=60)
+    assert kn.step(k.Tick()).reply.data["timers_fired"] == 0
+    fired = [e for e in kn.state.events.values() if e.event.type == "timer.fired"]
+    assert len(fired) == 1 and fired[0].routes == ("r",)
+
+
+def test_actions_follow_allow_approve_and_refuse_the_rest() -> None:
+    r = rule(allow=("github.comment",), approve=("github.close",))
+    kn = Kernel(rules_of(r))
+    kn.step(k.Ingest(event=ev("1")))
+    t1 = kn.claim("r")
+    assert t1
+    body = {
+        "actions": [
+            {"do": "github.comment", "repo": "o/r", "number": 1, "body": "hi"},
+            {"do": "github.close", "repo": "o/r", "number": 1},
+            {"do": "github.merge", "repo": "o/r", "number": 1},
+        ]
+    }
+    d = kn.finish(t1, receipt(json.dumps(body)))
+    statuses = {a.do: a.status for a in kn.state.actions.values()}
+    assert statuses == {
+        "github.comment": "allowed",
+        "github.close": "awaiting_approval",
+        "github.merge": "refused",
+    }
+    assert [e.action for e in d.effects if isinstance(e, k.PerformAction)] == [f"{t1}.a0"]
+    approval = next(c for c in kn.state.cards.values() if c.action == f"{t1}.a1")
+    d2 = kn.step(k.Answer(card=approval.id, choice=1, by="owner"))
+    assert kn.state.actions[f"{t1}.a1"].status == "allowed"
+    assert [e.action for e in d2.effects if isinstance(e, k.PerformAction)] == [f"{t1}.a1"]
+
+
+def test_late_receipt_from_an_old_claim_is_refused() -> None:
+    kn = Kernel(rules_of(rule(timeout_s=60)))
+    kn.step(k.Ingest(event=ev("1")))
+    t1 = kn.claim("r")
+    assert t1
+    kn.advance(seconds=400)  # the default lease in Claim is 300 s
+    kn.step(k.Tick())
+    assert kn.state.turns[t1].outcome == "lease_expired"
+    t2 = kn.claim("r")
+    assert t2 and kn.state.turns[t2].kind_ == "retry"
+    late = kn.finish(t1, receipt('{"notice": [{"title": "late"}]}'))
+    assert late.reply.code == "refused"
+    assert all(c.title != "late" for c in kn.state.cards.values())
+
+
+def test_failed_turn_retries_then_tells_the_owner() -> None:
+    kn = Kernel(rules_of(rule(max_retries=2)))
+    kn.step(k.Ingest(event=ev("1")))
+    resumes = []
+    for _ in range(3):
+        t = kn.claim("r")
+        assert t
+        resumes.append(kn.state.turns[t].resume)
+        out = k.AgentOutcome(started=True, ok=False, session="keep-me", error="boom")
+        kn.step(k.Finish(turn=t, fence=kn.state.turns[t].fence, outcome=out))
+    assert resumes == [None, "keep-me", "keep-me"]
+    assert kn.claim("r") is None
+    (card,) = kn.state.cards.values()
+    assert "failed" in card.title
+
+
+def test_never_started_turn_retries_in_a_fresh_session() -> None:
+    kn = Kernel(rules_of(rule()))
+    kn.step(k.Ingest(event=ev("1")))
+    t1 = kn.claim("r")
+    assert t1
+    kn.finish(t1, "no receipt", session="old")
+    kn.step(k.Ingest(event=ev("2")))
+    t2 = kn.claim("r")
+    assert t2 and kn.state.turns[t2].resume == "old"
+    out = k.AgentOutcome(started=False, ok=False, error="no such session")
+    kn.step(k.Finish(turn=t2, fence=kn.state.turns[t2].fence, outcome=out))
+    t3 = kn.claim("r")
+    assert t3 and kn.state.turns[t3].resume is None
+
+
+def test_replay_equals_the_state_reached_step_by_step() -> None:
+    kn = Kernel(rules_of(rule(emits=("ping",))))
+    kn.step(k.Ingest(event=ev("1")))
+    t1 = kn.claim("r")
+    assert t1
+    kn.finish(t1, ASK)
+    kn.step(k.Answer(card="c1", choice=3, by="me"))
+    assert kn.replayed().records() == kn.state.records()
