@@ -1,6 +1,6 @@
-"""Autoloop: plugins/agents -- one adapter per kind of CLI agent, behind ``plugins.protocols.Agent``.
+"""Autoloop: plugins/agents -- one adapter per kind of CLI agent (``plugins.protocols.Agent``).
 
-- ``registry``: ``make_agent(use)`` and ``KNOWN_AGENT_ADAPTERS`` (command, claude, codex, demo)
+- ``registry``: ``make_agent(use)``, ``KNOWN_AGENT_ADAPTERS`` (command, claude, codex, demo)
 - ``command``, ``claude``, ``codex``, ``demo``: the adapters; ``demo_script``: the demo agent
 - ``common``: the agent's environment (an allowlist), session ids, the report file
 - ``process``: ``run_process`` (argv only, own process group, killed at the timeout)
