@@ -1,0 +1,186 @@
+"""Settings from the environment or a TOML file (DESIGN.md section 3).
+
+| variable | file key | meaning | default |
+|---|---|---|---|
+| ``AUTOLOOP_HOME`` | ``home`` | state folder | ``~/.autoloop`` |
+| ``AUTOLOOP_DB`` | ``db`` | ledger URL | ``sqlite:///<home>/ledger.db`` |
+| ``AUTOLOOP_GITHUB_APP_ID`` | ``github_app_id`` | the App's numeric id | |
+| ``AUTOLOOP_GITHUB_PRIVATE_KEY`` | ``github_private_key`` | PEM file path or PEM text | |
+| ``AUTOLOOP_GITHUB_WEBHOOK_SECRET`` | ``github_webhook_secret`` | webhook secret | |
+| ``AUTOLOOP_GITHUB_URL`` | ``github_url`` | REST API base URL | ``https://api.github.com`` |
+
+A value set in the environment wins over the same key in the file (the file holds
+the defaults of a deployment, the environment overrides them for one process).
+Nothing is checked until it is needed: :meth:`Settings.require_github` checks the
+GitHub part and raises :class:`SettingsError`, whose text is one line that names
+the setting and says what to do.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+__all__ = ["DEFAULT_GITHUB_URL", "GitHubSettings", "Settings", "SettingsError"]
+
+DEFAULT_GITHUB_URL = "https://api.github.com"
+PREFIX = "AUTOLOOP_"
+KEYS = ("home", "db", "github_app_id", "github_private_key", "github_webhook_secret", "github_url")
+PEM_BEGIN = "-----BEGIN"
+
+
+class SettingsError(Exception):
+    """A setting is missing or malformed; ``str()`` is one line saying what to do."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GitHubSettings:
+    """The GitHub App's settings, checked."""
+
+    app_id: int
+    private_key: str  # PEM text of an RSA private key
+    webhook_secret: bytes
+    api_url: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    home: Path
+    db: str
+    github_app_id: str | None = None
+    github_private_key: str | None = None
+    github_webhook_secret: str | None = None
+    github_url: str = DEFAULT_GITHUB_URL
+    file: Path | None = None  # where file values came from, for messages
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str], file: Path | None = None) -> Settings:
+        """Read ``AUTOLOOP_*`` from ``env`` over the keys of the TOML ``file`` (if any)."""
+        values = _read_file(file) if file is not None else {}
+        for key in KEYS:
+            raw = env.get(PREFIX + key.upper())
+            if raw is not None and raw.strip() != "":
+                values[key] = raw
+        if "home" in values:
+            home = Path(values["home"]).expanduser()
+        else:
+            user_home = env.get("HOME")
+            home = (Path(user_home) if user_home else Path.home()) / ".autoloop"
+        db = values.get("db") or f"sqlite:///{home / 'ledger.db'}"
+        return cls(
+            home=home,
+            db=db,
+            github_app_id=values.get("github_app_id"),
+            github_private_key=values.get("github_private_key"),
+            github_webhook_secret=values.get("github_webhook_secret"),
+            github_url=(values.get("github_url") or DEFAULT_GITHUB_URL).rstrip("/"),
+            file=file,
+        )
+
+    def _where(self, key: str) -> str:
+        name = PREFIX + key.upper()
+        return f"{name} (or {key} in {self.file})" if self.file is not None else name
+
+    def require_github(self) -> GitHubSettings:
+        """The checked GitHub App settings, or a :class:`SettingsError` naming the first
+        missing or malformed one."""
+        return GitHubSettings(
+            app_id=self._app_id(),
+            private_key=self._private_key(),
+            webhook_secret=self._webhook_secret(),
+            api_url=self._api_url(),
+        )
+
+    def _app_id(self) -> int:
+        raw = (self.github_app_id or "").strip()
+        where = self._where("github_app_id")
+        if not raw:
+            raise SettingsError(
+                f"{where} is not set: set it to the GitHub App's numeric App ID "
+                "(shown on the App's settings page)"
+            )
+        if not raw.isdigit() or int(raw) <= 0:
+            raise SettingsError(
+                f"{where} must be the App's numeric App ID (a positive integer), not {raw!r}"
+            )
+        return int(raw)
+
+    def _private_key(self) -> str:
+        raw = (self.github_private_key or "").strip()
+        where = self._where("github_private_key")
+        what_to_do = "set it to the path of the App's private key file (.pem) or to its PEM text"
+        if not raw:
+            raise SettingsError(f"{where} is not set: {what_to_do}")
+        if raw.startswith(PEM_BEGIN):
+            # one-line env values often carry the newlines as the two characters \n
+            text = raw.replace("\\n", "\n")
+            origin = "the PEM text"
+        else:
+            path = Path(raw).expanduser()
+            try:
+                text = path.read_text(encoding="utf-8").strip()
+            except (OSError, UnicodeDecodeError) as exc:
+                reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "unreadable"
+                raise SettingsError(
+                    f"{where} is neither PEM text nor a readable file ({path}: {reason}): "
+                    f"{what_to_do}"
+                ) from None
+            origin = f"the file {path}"
+        try:
+            key = load_pem_private_key(text.encode("utf-8") + b"\n", password=None)
+        except (ValueError, TypeError):
+            raise SettingsError(
+                f"{where}: {origin} is not an unencrypted PEM private key: {what_to_do} "
+                "(download a new key from the App's settings page if needed)"
+            ) from None
+        if not isinstance(key, rsa.RSAPrivateKey):
+            raise SettingsError(
+                f"{where}: {origin} is not an RSA key; GitHub Apps sign with RSA keys: {what_to_do}"
+            )
+        return text + "\n"
+
+    def _webhook_secret(self) -> bytes:
+        raw = self.github_webhook_secret or ""
+        if not raw.strip():
+            raise SettingsError(
+                f"{self._where('github_webhook_secret')} is not set: set it to the webhook "
+                "secret entered in the App's settings"
+            )
+        return raw.encode("utf-8")
+
+    def _api_url(self) -> str:
+        url = self.github_url
+        parts = urlsplit(url)
+        if parts.scheme not in {"http", "https"} or not parts.netloc:
+            raise SettingsError(
+                f"{self._where('github_url')} must be an http(s) URL of the REST API "
+                f"(default {DEFAULT_GITHUB_URL}), not {url!r}"
+            )
+        return url
+
+
+def _read_file(file: Path) -> dict[str, str]:
+    try:
+        data = tomllib.loads(file.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise SettingsError(
+            f"cannot read the settings file {file}: {exc.strerror or exc}; check the --config path"
+        ) from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise SettingsError(f"{file} is not valid TOML ({exc}); fix the file") from None
+    out: dict[str, str] = {}
+    for key, value in data.items():
+        if key not in KEYS:
+            raise SettingsError(
+                f"{file}: unknown setting {key!r}; known settings are {', '.join(KEYS)}"
+            )
+        if isinstance(value, bool) or not isinstance(value, str | int):
+            raise SettingsError(f"{file}: {key} must be a string, not {type(value).__name__}")
+        out[key] = str(value)
+    return out
