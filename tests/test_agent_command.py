@@ -71,6 +71,17 @@ def test_a_prompt_holding_placeholders_reaches_the_program_verbatim(tmp_path: Pa
     assert recorded(tmp_path)[0]["argv"][1:] == [prompt]
 
 
+def test_a_resumed_program_that_reports_nothing_keeps_its_session(tmp_path: Path) -> None:
+    req = make_request(
+        tmp_path,
+        make_turn(tmp_path),
+        command=("python3", "-c", "print('still here')"),
+        resume="plain-t-0",
+    )
+    result = CommandAgent().run(req)
+    assert result.ok and result.session == "plain-t-0"
+
+
 def test_session_on_stderr_is_the_last_resort(tmp_path: Path) -> None:
     req = make_request(
         tmp_path, make_turn(tmp_path), command=("plain-agent",), scenario="stderr-session"
@@ -165,7 +176,14 @@ def test_agent_env_has_no_hub_credentials(tmp_path: Path, monkeypatch: pytest.Mo
 
 
 def test_pass_env_lets_named_variables_through_but_never_hub_ones(tmp_path: Path) -> None:
-    parent = {"PATH": "/bin", "MY_AGENT_KEY": "k", "GITHUB_TOKEN": "t", "AUTOLOOP_DB": "db"}
+    parent = {
+        "PATH": "/bin",
+        "HTTPS_PROXY": "http://proxy:3128",
+        "MY_AGENT_KEY": "k",
+        "GITHUB_TOKEN": "t",
+        "AUTOLOOP_DB": "db",
+        "UNLISTED": "u",
+    }
     req = make_request(
         tmp_path,
         make_turn(tmp_path),
@@ -173,8 +191,8 @@ def test_pass_env_lets_named_variables_through_but_never_hub_ones(tmp_path: Path
     )
     env = build_env(req, parent=parent)
     assert env["MY_AGENT_KEY"] == "k"
-    assert "GITHUB_TOKEN" not in env and "AUTOLOOP_DB" not in env
-    assert env["PATH"] == "/bin"
+    assert "GITHUB_TOKEN" not in env and "AUTOLOOP_DB" not in env and "UNLISTED" not in env
+    assert (env["PATH"], env["HTTPS_PROXY"]) == ("/bin", "http://proxy:3128")
 
 
 def test_argv_and_env_carry_no_text_from_event_details(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ contains ``{resume}`` stays as it is. Nothing is given to a shell.
 The final message is the program's stdout. The program reports its own session id in
 the file named by ``AUTOLOOP_REPORT`` (``{"session": "...", "tokens": 1, "cost_usd": 0.1}``,
 every key optional) or, as a last resort, with a line ``AUTOLOOP_SESSION_ID=<id>`` on
-stderr.
+stderr. A resumed program that reports nothing keeps the session it was resumed in.
 
 When did the turn *start* (so that a retry continues the same session)? When the program
 was spawned and then either reported a session or wrote anything on stdout. A program
@@ -65,6 +65,8 @@ def run_reporting_program(argv: list[str], req: AgentRequest, env: dict[str, str
         return failed(f"could not start the agent: {proc.spawn_error}")
     report = read_report(report_file, proc.stderr)
     started = report.session is not None or bool(proc.stdout.strip())
+    # A resumed program that did not name its session again went on in the same one.
+    session = report.session or (req.resume if started else None)
     ok = not proc.timed_out and proc.exit_code == 0 and bool(proc.stdout.strip())
     error: str | None = None
     if proc.timed_out:
@@ -78,7 +80,7 @@ def run_reporting_program(argv: list[str], req: AgentRequest, env: dict[str, str
         started=started,
         ok=ok,
         final_message=proc.stdout,
-        session=report.session,
+        session=session,
         cost_usd=report.cost_usd,
         tokens=report.tokens,
         error=error,

@@ -46,6 +46,12 @@ BASE_ENV_NAMES: frozenset[str] = frozenset(
         "TMP",
         "SSL_CERT_FILE",
         "SSL_CERT_DIR",
+        "HTTPS_PROXY",
+        "HTTP_PROXY",
+        "NO_PROXY",
+        "https_proxy",
+        "http_proxy",
+        "no_proxy",
     }
 )
 # Names that never come from the parent, whatever a rule lists: the turn sets its own
