@@ -174,6 +174,7 @@ def triage(details: dict[str, Any], event: dict[str, Any], memory: Memory) -> st
 def main() -> int:
     context_file = Path(os.environ["AUTOLOOP_CONTEXT"])
     context = load_json(context_file)
+    context = context if isinstance(context, dict) else {}
     events = [e for e in context.get("events", []) if isinstance(e, dict)]
     turn = str(context.get("turn") or os.environ.get("AUTOLOOP_TURN", "turn"))
 
