@@ -1,0 +1,117 @@
+"""Pull request behaviour: merge guards, update-branch, mergeability, protection."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from ghapp.sandbox.server import SandboxHandle, running_sandbox
+
+
+@pytest.fixture
+def sandbox() -> Iterator[SandboxHandle]:
+    with running_sandbox() as handle:
+        yield handle
+
+
+def client(handle: SandboxHandle, login: str = "maintainer") -> httpx.Client:
+    token = handle.world.user_token(login)
+    return httpx.Client(
+        base_url=handle.api_url, headers={"Authorization": f"token {token}"}, timeout=10
+    )
+
+
+def merges(handle: SandboxHandle) -> list[str]:
+    return [e.path for e in handle.world.audit.entries(method="PUT") if e.path.endswith("/merge")]
+
+
+def test_a_stale_sha_is_refused_with_409_and_nothing_merges(sandbox: SandboxHandle) -> None:
+    number = sandbox.world.open_pr("contributor", "topic", "Topic", files={"a.txt": "1"})
+    old = sandbox.world.push("contributor", "topic", {"a.txt": "2"})
+    sandbox.world.push("contributor", "topic", {"a.txt": "3"})
+    with client(sandbox) as gh:
+        answer = gh.put(f"/repos/sandbox/demo/pulls/{number}/merge", json={"sha": old})
+        assert answer.status_code == 409
+        assert (
+            answer.json()["message"] == "Head branch was modified. Review and try the merge again."
+        )
+        assert gh.get(f"/repos/sandbox/demo/pulls/{number}").json()["merged"] is False
+    assert merges(sandbox) == []
+
+
+def test_an_already_merged_pull_request_is_not_merged_again(sandbox: SandboxHandle) -> None:
+    number = sandbox.world.open_pr("contributor", "topic", "Topic", files={"a.txt": "1"})
+    with client(sandbox) as gh:
+        head = gh.get(f"/repos/sandbox/demo/pulls/{number}").json()["head"]["sha"]
+        first = gh.put(f"/repos/sandbox/demo/pulls/{number}/merge", json={"sha": head})
+        assert first.status_code == 200 and first.json()["merged"] is True
+        main_after_first = gh.get("/repos/sandbox/demo/commits/main").json()["sha"]
+        second = gh.put(f"/repos/sandbox/demo/pulls/{number}/merge", json={"sha": head})
+        assert second.status_code == 405
+        assert second.json()["message"] == "Pull Request is not mergeable"
+        assert gh.get("/repos/sandbox/demo/commits/main").json()["sha"] == main_after_first
+        pr = gh.get(f"/repos/sandbox/demo/pulls/{number}").json()
+        assert pr["merged"] and pr["merge_commit_sha"] == first.json()["sha"] == main_after_first
+    assert len(merges(sandbox)) == 1
+
+
+def test_a_conflicting_pull_request_is_dirty_and_not_mergeable(sandbox: SandboxHandle) -> None:
+    number = sandbox.world.open_pr("contributor", "topic", "Topic", files={"README.md": "theirs"})
+    sandbox.world.push("maintainer", "main", {"README.md": "ours"})
+    with client(sandbox) as gh:
+        pr = gh.get(f"/repos/sandbox/demo/pulls/{number}").json()
+        assert (pr["mergeable"], pr["mergeable_state"]) == (False, "dirty")
+        assert gh.put(f"/repos/sandbox/demo/pulls/{number}/merge").status_code == 405
+
+
+def test_required_checks_block_until_ci_passes(sandbox: SandboxHandle) -> None:
+    sandbox.world.set_protection("main", contexts=["ci"])
+    sandbox.world.set_ci({"ci": "success"}, delay=0.2)
+    number = sandbox.world.open_pr("contributor", "topic", "Topic", files={"a.txt": "1"})
+    with client(sandbox) as gh:
+        pr = gh.get(f"/repos/sandbox/demo/pulls/{number}").json()
+        assert pr["mergeable_state"] == "blocked"
+        refused = gh.put(f"/repos/sandbox/demo/pulls/{number}/merge")
+        assert refused.status_code == 405
+        assert refused.json()["message"] == 'Required status check "ci" is expected.'
+        assert sandbox.world.settle()
+        pr = gh.get(f"/repos/sandbox/demo/pulls/{number}").json()
+        assert pr["mergeable_state"] == "clean"
+        assert gh.put(f"/repos/sandbox/demo/pulls/{number}/merge").status_code == 200
+
+
+def test_update_branch_merges_the_base_in_and_guards_the_head(sandbox: SandboxHandle) -> None:
+    number = sandbox.world.open_pr("contributor", "topic", "Topic", files={"a.txt": "1"})
+    sandbox.world.push("maintainer", "main", {"b.txt": "2"})
+    with client(sandbox) as gh:
+        pr = gh.get(f"/repos/sandbox/demo/pulls/{number}").json()
+        compare = gh.get(f"/repos/sandbox/demo/compare/main...{pr['head']['sha']}").json()
+        assert (compare["status"], compare["ahead_by"], compare["behind_by"]) == ("diverged", 1, 1)
+        wrong = gh.put(
+            f"/repos/sandbox/demo/pulls/{number}/update-branch",
+            json={"expected_head_sha": "f" * 40},
+        )
+        assert wrong.status_code == 422
+        right = gh.put(
+            f"/repos/sandbox/demo/pulls/{number}/update-branch",
+            json={"expected_head_sha": pr["head"]["sha"]},
+        )
+        assert right.status_code == 202
+        new_head = gh.get(f"/repos/sandbox/demo/pulls/{number}").json()["head"]["sha"]
+        compare = gh.get(f"/repos/sandbox/demo/compare/main...{new_head}").json()
+        assert (compare["status"], compare["behind_by"]) == ("ahead", 0)
+    kinds = [(e.name, e.action) for e in sandbox.world.events]
+    assert ("pull_request", "synchronize") in kinds
+
+
+def test_a_force_push_rewrites_the_head(sandbox: SandboxHandle) -> None:
+    number = sandbox.world.open_pr("contributor", "topic", "Topic", files={"a.txt": "1"})
+    first = sandbox.sandbox.state.repos["sandbox/demo"].pulls[number].head_sha
+    second = sandbox.world.force_push("contributor", "topic", {"a.txt": "1b"})
+    with client(sandbox) as gh:
+        compare = gh.get(f"/repos/sandbox/demo/compare/{first}...{second}").json()
+        assert compare["status"] == "diverged"
+    push = next(e for e in reversed(sandbox.world.events) if e.name == "push")
+    assert push.payload["forced"] is True and push.payload["before"] == first
