@@ -1,0 +1,115 @@
+"""Run every benchmark in sequence and print a compact summary table.
+
+``python -m bench`` runs ``decision`` and ``ledger`` (this package's own), then the
+benches other parts of the project add when they are present (``agent_spawn``,
+``redact``); a missing one is skipped with a note. Every figure is measured against a
+baseline taken in the same run on the same machine; see ``bench/README.md``.
+
+Usage: python -m bench [--quick] [--pg] [--only decision,ledger,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import os
+import platform
+import sqlite3
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from types import ModuleType
+from typing import Any
+
+OWN = ("decision", "ledger")
+# Benches that print their own figures from main(); the argv each gets (full, --quick).
+OTHERS: dict[str, tuple[list[str], list[str]]] = {
+    "agent_spawn": ([], ["--runs", "5"]),
+    "redact": ([], []),
+}
+QUICK: dict[str, dict[str, Any]] = {
+    "decision": {"iterations": 200, "matters": 30, "warmup": 20},
+    "ledger": {"events": 40, "rounds": 1, "backlog": 40, "burst": 10, "subjects": 5},
+}
+
+
+def machine_facts() -> str:
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return (
+        f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}; {os.cpu_count()} cpus "
+        f"(load average {load:.2f}); python {platform.python_version()} "
+        f"({platform.python_implementation()}); sqlite {sqlite3.sqlite_version}; "
+        f"{platform.platform()}"
+    )
+
+
+def load(name: str) -> ModuleType | None:
+    """Import ``bench.<name>`` lazily; None (with a note) when that bench is not there."""
+    try:
+        return importlib.import_module(f"bench.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"bench.{name}":
+            raise  # the bench exists but something it imports is missing: a real error
+        print(f"-- {name}: skipped, bench/{name}.py is not in this checkout")
+        return None
+
+
+@contextlib.contextmanager
+def argv_of(argv: list[str]) -> Iterator[None]:
+    """Some benches read ``sys.argv`` in ``main()``; give them only their own arguments."""
+    saved = sys.argv
+    sys.argv = [saved[0], *argv]
+    try:
+        yield
+    finally:
+        sys.argv = saved
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: checks it runs")
+    parser.add_argument("--pg", action="store_true", help="also run the ledger on PostgreSQL")
+    parser.add_argument("--only", default="", help="comma-separated bench names")
+    args = parser.parse_args(argv)
+    names = [*OWN, *OTHERS]
+    if args.only:
+        wanted = [n.strip() for n in args.only.split(",") if n.strip()]
+        unknown = sorted(set(wanted) - set(names))
+        if unknown:
+            parser.error(f"unknown bench {', '.join(unknown)}; choose from {', '.join(names)}")
+        names = [n for n in names if n in wanted]
+
+    print(f"machine: {machine_facts()}")
+    table: list[tuple[str, str, str]] = []
+    for name in names:
+        print(f"\n== {name}")
+        module = load(name)
+        if module is None:
+            table.append((name, "skipped", "not in this checkout"))
+            continue
+        began = time.perf_counter_ns()
+        if name in OWN:
+            sizes: dict[str, Any] = dict(QUICK[name]) if args.quick else {}
+            if name == "ledger":
+                sizes["pg"] = args.pg
+            figures = module.run(**sizes)
+            table.extend(module.summarize(figures))
+        else:
+            full, quick = OTHERS[name]
+            with argv_of(quick if args.quick else full):
+                code = module.main()
+            status = "ran" if code in (0, None) else f"exit {code}"
+            table.append((name, status, "figures printed above"))
+        print(f"-- {name}: {(time.perf_counter_ns() - began) / 1e9:.1f} s")
+
+    print("\nsummary (one run; ratios are against a baseline measured in the same run)")
+    width = max((len(row[0]) for row in table), default=0)
+    middle = max((len(row[1]) for row in table), default=0)
+    for label, value, against in table:
+        print(f"  {label:{width}s}  {value:{middle}s}  {against}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
