@@ -1,0 +1,117 @@
+"""The GitHub client against the sandbox GitHub on loopback: real HTTP, real tokens."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from ghapp import retry
+from ghapp.github import AmbiguousWrite, GitHubClient
+from ghapp.sandbox.server import SandboxHandle, running_sandbox
+from ghapp.settings import Settings
+
+
+@pytest.fixture(scope="module")
+def sandbox() -> Iterator[SandboxHandle]:
+    with running_sandbox() as handle:
+        yield handle
+
+
+@pytest.fixture
+def waits(sandbox: SandboxHandle) -> Iterator[list[float]]:
+    retry.set_testing(True)
+    sandbox.world.faults.clear()
+    yield []
+    sandbox.world.faults.clear()
+    retry.set_testing(False)
+
+
+def client(sandbox: SandboxHandle, waits: list[float]) -> GitHubClient:
+    settings = Settings.from_env(
+        {
+            "AUTOLOOP_GITHUB_APP_ID": str(sandbox.app_id),
+            "AUTOLOOP_GITHUB_PRIVATE_KEY": str(sandbox.private_key_path),
+            "AUTOLOOP_GITHUB_WEBHOOK_SECRET": sandbox.webhook_secret,
+            "AUTOLOOP_GITHUB_URL": sandbox.api_url,
+        }
+    ).require_github()
+    return GitHubClient.from_settings(settings, timeout_s=5.0, sleep=waits.append)
+
+
+def test_the_app_authenticates_and_comments_labels_and_closes(
+    sandbox: SandboxHandle, waits: list[float]
+) -> None:
+    gh = client(sandbox, waits)
+    assert gh.get_app()["id"] == sandbox.app_id
+    number = sandbox.world.open_issue("reader", "Crash on start", body="it crashes")
+    issue = gh.get_issue(sandbox.repo, number)
+    assert (issue["title"], issue["user"]["login"]) == ("Crash on start", "reader")
+
+    made = gh.create_comment(sandbox.repo, number, "<!-- autoloop:test -->\nLooking into it.")
+    comments = gh.list_issue_comments(sandbox.repo, number)
+    assert [c["id"] for c in comments] == [made["id"]]
+    assert comments[0]["user"]["login"].endswith("[bot]")
+    gh.update_comment(sandbox.repo, made["id"], "<!-- autoloop:test -->\nFixed.")
+
+    assert [label["name"] for label in gh.add_labels(sandbox.repo, number, ["bug"])] == ["bug"]
+    assert gh.remove_label(sandbox.repo, number, "bug") is True
+    assert gh.remove_label(sandbox.repo, number, "bug") is False
+    assert gh.set_issue_state(sandbox.repo, number, "closed")["state"] == "closed"
+    assert gh.get_issue(sandbox.repo, number)["labels"] == []
+
+
+def test_collaborator_permissions_are_read_live(sandbox: SandboxHandle, waits: list[float]) -> None:
+    gh = client(sandbox, waits)
+    assert gh.get_collaborator_permission(sandbox.repo, "maintainer") == "admin"
+    assert gh.get_collaborator_permission(sandbox.repo, "reader") == "read"
+    assert gh.get_collaborator_permission(sandbox.repo, "contributor") == "none"
+    sandbox.world.set_collaborator("contributor", "maintain")
+    assert gh.get_collaborator_permission(sandbox.repo, "contributor") == "write"
+
+
+def test_the_policy_file_is_read_from_the_default_branch(
+    sandbox: SandboxHandle, waits: list[float]
+) -> None:
+    gh = client(sandbox, waits)
+    text = gh.get_file_contents(sandbox.repo, ".github/autoloop.toml", "main")
+    assert text
+    assert gh.get_file_contents(sandbox.repo, "no/such/file", "main") is None
+
+
+def test_a_read_answered_502_is_retried(sandbox: SandboxHandle, waits: list[float]) -> None:
+    gh = client(sandbox, waits)
+    number = sandbox.world.open_issue("reader", "Flaky gateway")
+    sandbox.world.faults.add("error_502", method="GET", path=f"*/issues/{number}", times=1)
+    assert gh.get_issue(sandbox.repo, number)["number"] == number
+    assert waits == [0.5]
+
+
+def test_a_comment_whose_answer_is_lost_is_ambiguous_and_made_once(
+    sandbox: SandboxHandle, waits: list[float]
+) -> None:
+    gh = client(sandbox, waits)
+    number = sandbox.world.open_issue("reader", "Lost answers")
+    gh.get_issue(sandbox.repo, number)  # token ready before the fault
+    sandbox.world.faults.add("response_lost", method="POST", path=f"*/issues/{number}/comments")
+    with pytest.raises(AmbiguousWrite):
+        gh.create_comment(sandbox.repo, number, "once")
+    # reconcile by reading back: the comment was applied, exactly once
+    assert [c["body"] for c in gh.list_issue_comments(sandbox.repo, number)] == ["once"]
+
+
+def test_a_rate_limited_write_is_sent_again_after_the_wait(
+    sandbox: SandboxHandle, waits: list[float]
+) -> None:
+    gh = client(sandbox, waits)
+    number = sandbox.world.open_issue("reader", "Busy")
+    gh.get_issue(sandbox.repo, number)
+    sandbox.world.faults.add(
+        "rate_limit", method="POST", path=f"*/issues/{number}/labels", retry_after=3
+    )
+    assert [label["name"] for label in gh.add_labels(sandbox.repo, number, ["bug"])] == ["bug"]
+    assert waits == [3.0]
+    assert (
+        len(sandbox.world.audit.entries(method="POST", path_contains=f"/issues/{number}/labels"))
+        == 1
+    )
