@@ -11,9 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from ghapp.store.base import DuplicateFact, Store, Tx
+from ghapp.store.base import Store, Tx
 from kernel import step as k
-from kernel.facts import fact_key
 from kernel.model import Rules
 from kernel.records import Card, Matter, Record, Timer, Turn
 from kernel.state import State, replay
@@ -85,43 +84,49 @@ class Ledger:
         self.clock = clock
 
     def decide(self, inp: k.Input, *, now: datetime | None = None) -> Outcome:
+        return self.decide_many([inp], now=now)[0]
+
+    def decide_many(self, inputs: list[k.Input], *, now: datetime | None = None) -> list[Outcome]:
+        """Several decisions in one transaction (group commit): all commit, or none."""
         rules = self.rules()
         when = now or self.clock()
+        outs: list[Outcome] = []
         with self.store.write() as tx:
-            if isinstance(inp, k.Ingest):
-                key = f"event:{inp.event.source}:{inp.event.id}"
-                if tx.has_key(key):
-                    reply = k.Reply(
-                        ok=True,
-                        code="duplicate",
-                        message=(
-                            f"duplicate: ({inp.event.source}, {inp.event.id}) was recorded before"
-                        ),
-                    )
-                    empty = k.Decision(facts=(), effects=(), reply=reply, touched=frozenset())
-                    return Outcome(empty, ())
-            needs = k.needs(inp, rules)
-            state = load_state(tx, needs, when, with_events=isinstance(inp, k.Claim))
-            if isinstance(inp, k.Finish):
-                t = state.turns.get(inp.turn)
-                if t is not None:
-                    extra = k.emitted_matters(inp, rules, rules.rule(t.rule))
-                    if extra - set(state.matters):
-                        more = load_state(tx, k.Needs(matters=extra), when)
-                        for rec in more.records():
-                            if rec.kind != "meta":
-                                state.put(rec)
-            if isinstance(inp, k.ActionTried | k.ActionDone):
-                act = tx.get("action", inp.action)
-                if act is not None:
-                    state.put(act)
-            decision = k.step(state, inp, now=when, rules=rules)
-            records = [r for key in sorted(decision.touched) if (r := state.get(key)) is not None]
-            for fact in decision.facts:
-                fk = fact_key(fact)
-                if fk is not None and tx.has_key(fk):
-                    raise DuplicateFact(fk)
-            seqs = tx.append(decision.facts, records)
+            for inp in inputs:
+                outs.append(self._decide(tx, inp, rules, when))
+        return outs
+
+    def _decide(self, tx: Tx, inp: k.Input, rules: Rules, when: datetime) -> Outcome:
+        if isinstance(inp, k.Ingest):
+            key = f"event:{inp.event.source}:{inp.event.id}"
+            if tx.has_key(key):
+                reply = k.Reply(
+                    ok=True,
+                    code="duplicate",
+                    message=(
+                        f"duplicate: ({inp.event.source}, {inp.event.id}) was recorded before"
+                    ),
+                )
+                empty = k.Decision(facts=(), effects=(), reply=reply, touched=frozenset())
+                return Outcome(empty, ())
+        needs = k.needs(inp, rules)
+        state = load_state(tx, needs, when, with_events=isinstance(inp, k.Claim))
+        if isinstance(inp, k.Finish):
+            t = state.turns.get(inp.turn)
+            if t is not None:
+                extra = k.emitted_matters(inp, rules, rules.rule(t.rule))
+                if extra - set(state.matters):
+                    more = load_state(tx, k.Needs(matters=extra), when)
+                    for rec in more.records():
+                        if rec.kind != "meta":
+                            state.put(rec)
+        if isinstance(inp, k.ActionTried | k.ActionDone):
+            act = tx.get("action", inp.action)
+            if act is not None:
+                state.put(act)
+        decision = k.step(state, inp, now=when, rules=rules)
+        records = [r for key in sorted(decision.touched) if (r := state.get(key)) is not None]
+        seqs = tx.append(decision.facts, records)
         return Outcome(decision, tuple(seqs))
 
     # -- rebuild ------------------------------------------------------------------------

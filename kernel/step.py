@@ -31,6 +31,7 @@ HOP_LIMIT_KEY = "hop-limit"
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Ingest:
     event: Event
+    ignore: str = ""  # non-empty: record it, but dispatch it nowhere, for this reason
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -198,6 +199,8 @@ class Needs:
 
 def needs(inp: Input, rules: Rules) -> Needs:
     if isinstance(inp, Ingest):
+        if inp.ignore:
+            return Needs()
         if inp.event.matter:
             return Needs(matters=frozenset({inp.event.matter}))
         return Needs(matters=frozenset(m for _, m in route(rules, inp.event)))
@@ -351,7 +354,7 @@ def step(state: State, inp: Input, *, now: datetime, rules: Rules) -> Decision:
 
 
 def _ingest(ctx: _Ctx, inp: Any) -> Reply:
-    fact = ctx.record_event(inp.event)
+    fact = ctx.record_event(inp.event, reason=inp.ignore)
     return Reply(
         ok=True,
         code="recorded",

@@ -1,0 +1,102 @@
+"""Local card channels: console, desktop notification, generic webhook.
+
+A channel shows a card to people; ``send`` returns the channel's handle for the card
+so that later versions update it in place where the channel can.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping
+from typing import Any, TextIO
+
+import httpx
+
+from kernel.model import ChannelSpec, Rules
+from kernel.records import Card, Matter
+
+
+def render(card: Card) -> str:
+    lines = [f"[{card.id}] {card.title}"]
+    if card.text:
+        lines.append(f"    {card.text}")
+    if card.kind_ == "ask" and card.state == "open":
+        opts = "  ".join(f"{i}) {o}" for i, o in enumerate(card.options, 1))
+        lines.append(f"    {opts}")
+        lines.append(f"    answer with: autoloop answer {card.id} N")
+    elif card.choice:
+        lines.append(f"    answered: {card.options[card.choice - 1]} (by {card.answered_by})")
+    return "\n".join(lines)
+
+
+class ConsoleChannel:
+    def __init__(self, out: TextIO | None = None) -> None:
+        self.out = out or sys.stderr
+
+    def send(self, card: Card, matter: Matter | None, *, previous_ref: str) -> str:
+        print(render(card), file=self.out, flush=True)
+        return f"console:{card.id}"
+
+
+class DesktopChannel:
+    """A desktop notification when ``notify-send`` exists; otherwise the console."""
+
+    def __init__(self) -> None:
+        self.binary = shutil.which("notify-send")
+        self.fallback = ConsoleChannel()
+
+    def send(self, card: Card, matter: Matter | None, *, previous_ref: str) -> str:
+        if self.binary is None:
+            return self.fallback.send(card, matter, previous_ref=previous_ref)
+        subprocess.run(  # argv only, never a shell
+            [self.binary, "--app-name=autoloop", card.title, render(card)],
+            check=False,
+            timeout=10,
+            capture_output=True,
+        )
+        return f"desktop:{card.id}"
+
+
+class WebhookChannel:
+    """POSTs the card as JSON to the URL named by the channel's ``url_env`` variable."""
+
+    def __init__(self, spec: ChannelSpec, env: Mapping[str, str]) -> None:
+        var = str(spec.options.get("url_env", ""))
+        self.url = env.get(var, "") if var else str(spec.options.get("url", ""))
+        self.format = str(spec.options.get("format", "json"))
+
+    def send(self, card: Card, matter: Matter | None, *, previous_ref: str) -> str:
+        if not self.url:
+            raise RuntimeError("webhook channel has no URL: set the variable named by url_env")
+        body: dict[str, Any]
+        if self.format == "json":
+            body = {
+                "card": card.id,
+                "kind": card.kind_,
+                "state": card.state,
+                "title": card.title,
+                "text": card.text,
+                "options": list(card.options),
+                "version": card.version,
+            }
+        else:
+            body = {"text": render(card)}
+        resp = httpx.post(self.url, content=json.dumps(body), timeout=10.0)
+        resp.raise_for_status()
+        return f"webhook:{card.id}"
+
+
+def make_channels(rules: Rules, env: Mapping[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, spec in rules.channels.items():
+        if spec.use == "console":
+            out[name] = ConsoleChannel()
+        elif spec.use == "desktop":
+            out[name] = DesktopChannel()
+        elif spec.use == "webhook":
+            out[name] = WebhookChannel(spec, env)
+        # github-comment is added by the GitHub App when it is configured.
+    return out

@@ -1,0 +1,110 @@
+"""Where things live for one process: home folder, ledger URL, rules, clock, master key."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from ghapp.hub import Hub, clock_from_env, load_rules
+from ghapp.store.base import Store, open_store
+from kernel.model import Rules
+from kernel.rules import starter_rules_text
+
+CHANNEL_ADAPTERS = frozenset({"console", "desktop", "webhook", "github-comment"})
+
+
+def home_from_env(env: Mapping[str, str]) -> Path:
+    raw = env.get("AUTOLOOP_HOME")
+    return Path(raw).expanduser() if raw else Path.home() / ".autoloop"
+
+
+def db_url(env: Mapping[str, str], home: Path) -> str:
+    return env.get("AUTOLOOP_DB") or f"sqlite:///{home / 'ledger.db'}"
+
+
+def init_home(home: Path, *, rules_text: str | None = None) -> list[str]:
+    """Create the home folder, a starter rules.json and master.key; keep what exists."""
+    made: list[str] = []
+    home.mkdir(parents=True, exist_ok=True)
+    os.chmod(home, 0o700)
+    rules = home / "rules.json"
+    if not rules.exists() and not (home / "rules.toml").exists():
+        rules.write_text(rules_text if rules_text is not None else starter_rules_text())
+        made.append(str(rules))
+    key = home / "master.key"
+    if not key.exists():
+        fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_hex(32) + "\n")
+        made.append(str(key))
+    return made
+
+
+def read_master_key(home: Path) -> bytes:
+    return (home / "master.key").read_text().strip().encode()
+
+
+@dataclass
+class Context:
+    home: Path
+    env: Mapping[str, str]
+    store: Store
+    clock: Callable[[], datetime]
+    _rules: Rules | None = None
+
+    @classmethod
+    def open(cls, env: Mapping[str, str] | None = None, home: Path | None = None) -> Context:
+        env = dict(os.environ if env is None else env)
+        home = home or home_from_env(env)
+        clock = clock_from_env(env)
+        store = open_store(db_url(env, home))
+        return cls(home=home, env=env, store=store, clock=clock)
+
+    def rules(self) -> Rules:
+        if self._rules is None:
+            from plugins.agents.registry import KNOWN_AGENT_ADAPTERS  # noqa: PLC0415
+
+            self._rules = load_rules(
+                self.home, agents=KNOWN_AGENT_ADAPTERS, channels=CHANNEL_ADAPTERS
+            )
+        return self._rules
+
+    def hub(self, **kw: object) -> Hub:
+        from ghapp.channels import make_channels  # noqa: PLC0415
+        from plugins.agents.registry import make_agent  # noqa: PLC0415
+
+        rules = self.rules()
+        redact = make_redact(self.home, rules, self.env)
+        return Hub(
+            home=self.home,
+            store=self.store,
+            rules=self.rules,
+            clock=self.clock,
+            agent_for=make_agent,
+            channels=make_channels(rules, self.env),
+            redact=redact,
+            **kw,  # type: ignore[arg-type]
+        )
+
+
+def make_redact(home: Path, rules: Rules, env: Mapping[str, str]) -> Callable[[str], str]:
+    """The redactor for everything this process stores: patterns plus marked secret values."""
+    values = [env[name] for name in rules.secret_env if env.get(name)]
+    for name in ("AUTOLOOP_GITHUB_WEBHOOK_SECRET",):
+        if env.get(name):
+            values.append(env[name])
+    key = home / "master.key"
+    if key.exists():
+        values.append(key.read_text().strip())
+    try:
+        from ghapp.redact import (  # type: ignore[import-not-found, unused-ignore]  # noqa: PLC0415
+            Redactor,
+        )
+    except ImportError:  # the redactor is landing in parallel; until then, store as is
+        return lambda s: s
+    redact: Callable[[str], str] = Redactor(extra_values=values).redact
+    return redact

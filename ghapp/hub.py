@@ -1,0 +1,367 @@
+"""The hub: the shell's service layer over the ledger.
+
+It records events, claims and runs turns, fires timers and schedules, delivers cards to
+channels and performs write-backs through the outbox. The CLI, the HTTP server and the
+worker loop all go through it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Protocol
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from ghapp.ledger import Ledger, Outcome
+from ghapp.store.base import Store
+from ghapp.turns import prepare, run_agent
+from kernel import step as k
+from kernel.cron import parse_cron
+from kernel.errors import ConfigError
+from kernel.model import Event, Rules
+from kernel.records import Action, Card, EventRow, Matter, Turn
+from kernel.rules import parse_rules
+
+Redact = Callable[[str], str]
+LEASE_MARGIN_S = 120
+
+
+def real_clock() -> datetime:
+    return datetime.now(UTC)
+
+
+def clock_from_env(env: Mapping[str, str]) -> Callable[[], datetime]:
+    """AUTOLOOP_CLOCK pins "now" for one process (ISO 8601 with offset)."""
+    pinned = env.get("AUTOLOOP_CLOCK")
+    if not pinned:
+        return real_clock
+    try:
+        at = datetime.fromisoformat(pinned)
+    except ValueError:
+        raise ConfigError(
+            f"{pinned!r} is not ISO 8601 (e.g. 2026-11-30T09:00:00+00:00)", file="AUTOLOOP_CLOCK"
+        ) from None
+    if at.tzinfo is None:
+        raise ConfigError(f"{pinned!r} needs an offset, e.g. +00:00", file="AUTOLOOP_CLOCK")
+    return lambda: at
+
+
+def rules_path(home: Path) -> Path:
+    for name in ("rules.json", "rules.toml"):
+        if (home / name).exists():
+            return home / name
+    return home / "rules.json"
+
+
+def load_rules(home: Path, *, agents: Iterable[str], channels: Iterable[str]) -> Rules:
+    path = rules_path(home)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError("not found; run 'autoloop init'", file=str(path)) from None
+    rules = parse_rules(
+        text,
+        path=str(path),
+        fmt="toml" if path.suffix == ".toml" else "json",
+        known_agent_adapters=frozenset(agents),
+        known_channel_adapters=frozenset(channels),
+    )
+    try:
+        ZoneInfo(rules.timezone)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ConfigError(
+            f"unknown time zone {rules.timezone!r} (e.g. UTC, Europe/Berlin)",
+            file=str(path),
+            field="timezone",
+        ) from None
+    return rules
+
+
+class Channel(Protocol):
+    def send(self, card: Card, matter: Matter | None, *, previous_ref: str) -> str: ...
+
+
+class Executor(Protocol):
+    def perform(self, action: Action) -> Mapping[str, Any]: ...
+
+
+@dataclass
+class DrainReport:
+    turns: list[str] = field(default_factory=list)
+    cards: list[str] = field(default_factory=list)
+    timers: int = 0
+
+
+class Hub:
+    def __init__(
+        self,
+        *,
+        home: Path,
+        store: Store,
+        rules: Callable[[], Rules],
+        clock: Callable[[], datetime] = real_clock,
+        agent_for: Callable[[str], object],
+        channels: Mapping[str, Channel] | None = None,
+        executors: Mapping[str, Executor] | None = None,
+        redact: Redact = lambda s: s,
+        on_card: Callable[[Card], None] | None = None,
+        on_turn: Callable[[str, Turn], None] | None = None,
+    ) -> None:
+        self.home = home
+        self.store = store
+        self.rules = rules
+        self.clock = clock
+        self.ledger = Ledger(store, rules, clock)
+        self.agent_for = agent_for
+        self.channels = dict(channels or {})
+        self.executors = dict(executors or {})
+        self.redact = redact
+        self.on_card = on_card
+        self.on_turn = on_turn
+
+    # -- inputs ---------------------------------------------------------------------------
+
+    def emit(self, event: Event) -> Outcome:
+        out = self.ledger.decide(k.Ingest(event=event))
+        self._after(out)
+        return out
+
+    def answer(self, card: str, choice: int, *, by: str, via: str = "cli") -> Outcome:
+        out = self.ledger.decide(k.Answer(card=card, choice=choice, by=by, via=via))
+        self._after(out)
+        return out
+
+    def tick(self) -> int:
+        """Fire due timers, expire lapsed leases, record due schedule ticks."""
+        out = self.ledger.decide(k.Tick())
+        self._after(out)
+        n = int(out.reply.data.get("timers_fired", 0))
+        n += self._schedules()
+        return n
+
+    def _schedules(self) -> int:
+        rules = self.rules()
+        now = self.clock()
+        tz = ZoneInfo(rules.timezone)
+        local = now.astimezone(tz)
+        fired = 0
+        with self.store.read() as tx:
+            meta = tx.get("meta", "counters")
+        ticks = dict(getattr(meta, "ticks", {}) or {})
+        for rule in rules.rules:
+            if not rule.every:
+                continue
+            cron = parse_cron(rule.every)
+            latest = cron.last_at_or_before(local)
+            if latest is None:
+                continue
+            at = k.iso(latest)
+            last = ticks.get(rule.name)
+            if last is None:
+                # First sight of a schedule: start counting from now, don't replay history.
+                if latest < local - timedelta(minutes=1):
+                    continue
+            elif at <= last:
+                continue
+            out = self.ledger.decide(k.ScheduleDue(rule=rule.name, at=at))
+            self._after(out)
+            fired += 1
+        return fired
+
+    # -- turns ----------------------------------------------------------------------------
+
+    def runnable(self, worker: str = "local") -> list[Matter]:
+        rules = self.rules()
+        with self.store.read() as tx:
+            ms = [m for m in tx.query("matter", states=["runnable"]) if isinstance(m, Matter)]
+        out = []
+        for m in ms:
+            rule = rules.rule(m.rule)
+            if rule is None:
+                continue
+            spec = rules.agents.get(rule.agent)
+            want = spec.worker if spec else "any"
+            if want in ("any", worker) or worker == "*":
+                out.append(m)
+        return out
+
+    def claim(self, matter: str, worker: str) -> Turn | None:
+        rules = self.rules()
+        with self.store.read() as tx:
+            m = tx.get("matter", matter)
+        rule = rules.rule(m.rule) if isinstance(m, Matter) else None
+        lease = int((rule.timeout_s if rule else 1800) + LEASE_MARGIN_S)
+        out = self.ledger.decide(k.Claim(matter=matter, worker=worker, lease_s=lease))
+        if not out.reply.ok:
+            return None
+        with self.store.read() as tx:
+            t = tx.get("turn", str(out.reply.data["turn"]))
+        return t if isinstance(t, Turn) else None
+
+    def run(self, turn: Turn, *, heartbeat_every_s: float = 30.0) -> Outcome:
+        rules = self.rules()
+        rule = rules.rule(turn.rule)
+        events: list[EventRow] = []
+        repair_error = ""
+        with self.store.read() as tx:
+            for seq in turn.events:
+                row = tx.get("event", f"{seq:012d}")
+                if isinstance(row, EventRow):
+                    events.append(row)
+            if turn.repair_of:
+                prev = tx.get("turn", turn.repair_of)
+                if isinstance(prev, Turn):
+                    repair_error = prev.error
+        if rule is None:
+            outcome = k.AgentOutcome(
+                started=False, ok=False, error=f"rule {turn.rule!r} is no longer in rules.json"
+            )
+        else:
+            prepared = prepare(
+                self.home, rules, rule, turn, events, repair_error=repair_error, redact=self.redact
+            )
+            lease = int(rule.timeout_s + LEASE_MARGIN_S)
+
+            def heartbeat() -> bool:
+                out = self.ledger.decide(k.Heartbeat(turn=turn.id, fence=turn.fence, lease_s=lease))
+                return out.reply.ok
+
+            outcome = run_agent(
+                prepared,
+                self.agent_for,
+                redact=self.redact,
+                heartbeat=heartbeat,
+                heartbeat_every_s=heartbeat_every_s,
+            )
+        out = self.ledger.decide(k.Finish(turn=turn.id, fence=turn.fence, outcome=outcome))
+        self._after(out)
+        return out
+
+    # -- effects --------------------------------------------------------------------------
+
+    def _after(self, out: Outcome) -> None:
+        for eff in out.decision.effects:
+            if isinstance(eff, k.SendCard):
+                self.deliver_card(eff.card)
+            elif isinstance(eff, k.PerformAction):
+                self.perform(eff.action)
+
+    def channels_for(self, card: Card) -> list[str]:
+        rules = self.rules()
+        if card.matter == k.OWNER_MATTER:
+            names = list(rules.owner_notify) or sorted({n for r in rules.rules for n in r.notify})
+        else:
+            with self.store.read() as tx:
+                m = tx.get("matter", card.matter)
+            rule = rules.rule(m.rule) if isinstance(m, Matter) else None
+            names = list(rule.notify) if rule else []
+        return [n for n in names if n in self.channels]
+
+    def deliver_card(self, card_id: str) -> None:
+        with self.store.read() as tx:
+            card = tx.get("card", card_id)
+            matter = tx.get("matter", card.matter) if isinstance(card, Card) else None
+        if not isinstance(card, Card):
+            return
+        if self.on_card is not None:
+            self.on_card(card)
+        for name in self.channels_for(card):
+            prev = card.delivered.get(name) or {}
+            if int(prev.get("version", 0)) >= card.version:
+                continue
+            try:
+                ref = self.channels[name].send(
+                    card,
+                    matter if isinstance(matter, Matter) else None,
+                    previous_ref=str(prev.get("ref", "")),
+                )
+            except Exception:  # noqa: S112  # a channel outage leaves the card undelivered; retried by sweep
+                continue
+            self.ledger.decide(
+                k.Delivered(card=card.id, channel=name, version=card.version, ref=ref)
+            )
+
+    def sweep_cards(self) -> None:
+        with self.store.read() as tx:
+            cards = [c for c in tx.query("card") if isinstance(c, Card)]
+        for c in cards:
+            if any(
+                int((c.delivered.get(n) or {}).get("version", 0)) < c.version
+                for n in self.channels_for(c)
+            ):
+                self.deliver_card(c.id)
+
+    def perform(self, action_id: str) -> None:
+        with self.store.read() as tx:
+            action = tx.get("action", action_id)
+        if not isinstance(action, Action) or action.status != "allowed":
+            return
+        ns = action.do.split(".", 1)[0]
+        executor = self.executors.get(ns)
+        if executor is None:
+            self.ledger.decide(
+                k.ActionDone(
+                    action=action.id,
+                    ok=False,
+                    error=f"no executor for {action.do!r} here (is the GitHub App configured?)",
+                )
+            )
+            return
+        self.ledger.decide(k.ActionTried(action=action.id))
+        try:
+            result = executor.perform(action)
+        except Exception as exc:
+            self.ledger.decide(k.ActionTried(action=action.id, error=self.redact(str(exc))))
+            return
+        self.ledger.decide(k.ActionDone(action=action.id, ok=True, result=dict(result)))
+
+    def sweep_actions(self) -> None:
+        with self.store.read() as tx:
+            pending = [a for a in tx.query("action", states=["allowed"]) if isinstance(a, Action)]
+        for a in pending:
+            self.perform(a.id)
+
+    # -- loops ----------------------------------------------------------------------------
+
+    def drain(self, *, worker: str = "local", max_turns: int = 1000) -> DrainReport:
+        """Run hub and worker here until nothing is runnable now."""
+        report = DrainReport()
+        self.sweep_cards()
+        self.sweep_actions()
+        while len(report.turns) < max_turns:
+            report.timers += self.tick()
+            ms = self.runnable(worker)
+            if not ms:
+                break
+            progressed = False
+            for m in ms:
+                turn = self.claim(m.id, worker)
+                if turn is None:
+                    continue
+                progressed = True
+                if self.on_turn is not None:
+                    self.on_turn("start", turn)
+                self.run(turn)
+                report.turns.append(turn.id)
+                if self.on_turn is not None:
+                    with self.store.read() as tx:
+                        done = tx.get("turn", turn.id)
+                    if isinstance(done, Turn):
+                        self.on_turn("end", done)
+            if not progressed:
+                break
+        return report
+
+
+def read_details(path: str | None) -> dict[str, Any]:
+    if not path:
+        return {}
+    text = Path(path).read_text() if path != "-" else os.sys.stdin.read()  # type: ignore[attr-defined]
+    data = json.loads(text)
+    if not isinstance(data, dict):
+        raise ValueError("details must be a JSON object")
+    return data
