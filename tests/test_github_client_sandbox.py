@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import json
+import threading
+import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from ghapp import retry
 from ghapp.github import AmbiguousWrite, GitHubClient
 from ghapp.sandbox.server import SandboxHandle, running_sandbox
+from ghapp.sansio import parse_webhook_headers, verify_signature
 from ghapp.settings import Settings
+from kernel.model import Event
+from plugins.sources.github import translate
 
 
 @pytest.fixture(scope="module")
@@ -115,3 +122,79 @@ def test_a_rate_limited_write_is_sent_again_after_the_wait(
         len(sandbox.world.audit.entries(method="POST", path_contains=f"/issues/{number}/labels"))
         == 1
     )
+
+
+class Receiver:
+    """A bare webhook receiver on loopback: checks the signature, translates, keeps events."""
+
+    def __init__(self, secret: bytes, app_slug: str, app_id: int) -> None:
+        self.events: list[Event] = []
+        self.rejected = 0
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("content-length", "0")))
+                headers = parse_webhook_headers(dict(self.headers.items()))
+                if not verify_signature(secret, body, headers.signature):
+                    receiver.rejected += 1
+                    self.send_response(401)
+                else:
+                    receiver.events.extend(
+                        translate(
+                            headers.event or "",
+                            headers.delivery or "",
+                            json.loads(body),
+                            app_slug=app_slug,
+                            app_id=app_id,
+                        )
+                    )
+                    self.send_response(202)
+                self.end_headers()
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/github/webhook"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> Receiver:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_sandbox_webhooks_verify_and_translate_and_the_apps_own_are_dropped(
+    sandbox: SandboxHandle, waits: list[float]
+) -> None:
+    gh = client(sandbox, waits)
+    slug = gh.get_app()["slug"]
+    with Receiver(sandbox.webhook_secret.encode(), slug, sandbox.app_id) as receiver:
+        sandbox.world.set_app_url(receiver.url)
+        try:
+            number = sandbox.world.open_issue("reader", "Webhook round trip")
+            gh.create_comment(sandbox.repo, number, "<!-- autoloop:ack -->\nOn it.")  # ours
+            gh.add_labels(sandbox.repo, number, ["bug"])  # ours
+            sandbox.world.comment("maintainer", number, "Thanks!")
+            sandbox.world.add_label("maintainer", number, "enhancement")
+            assert sandbox.world.settle()
+        finally:
+            sandbox.world.set_app_url(None)
+        subject = f"{sandbox.repo}#{number}"
+        mine = [(e.type, e.subject) for e in receiver.events if e.subject == subject]
+        assert mine == [
+            ("issues.opened", subject),
+            ("issue_comment.created", subject),
+            ("issues.labeled", subject),
+        ]
+        assert receiver.rejected == 0
+        by_type = {e.type: e for e in receiver.events if e.subject == subject}
+        assert by_type["issue_comment.created"].details["comment_body"] == "Thanks!"
+        assert by_type["issues.labeled"].details["label"] == "enhancement"
+
+    deliveries = gh.list_webhook_deliveries(since=time.time() - 600)
+    assert {d.get("event") for d in deliveries} >= {"issues", "issue_comment"}
