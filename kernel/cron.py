@@ -104,7 +104,9 @@ class Cron:
                     return tick
                 wall += _ONE_MINUTE  # a second pass through a repeated hour: already fired
         except OverflowError:
-            raise ValueError(f"cron {self.line!r} has no tick before year {MAXYEAR}") from None
+            raise ValueError(
+                f"cron {self.line!r}: no tick after {moment.isoformat()} (the calendar ends)"
+            ) from None
 
     def last_at_or_before(self, moment: datetime) -> datetime:
         """The latest tick at or before ``moment``, in ``moment``'s tzinfo.
@@ -128,7 +130,10 @@ class Cron:
                     return tick
                 wall -= _ONE_MINUTE
         except OverflowError:
-            raise ValueError(f"cron {self.line!r} has no tick after year {MINYEAR}") from None
+            raise ValueError(
+                f"cron {self.line!r}: no tick at or before {moment.isoformat()} "
+                "(the calendar starts at year 1)"
+            ) from None
 
     # ----------------------------------------------------------------- wall-clock search
 
@@ -158,7 +163,9 @@ class Cron:
                         index = bisect_left(self.minutes, floor)
                         if index < len(self.minutes):
                             return date.replace(hour=hour, minute=self.minutes[index])
-        raise ValueError(f"cron {self.line!r} has no tick after {start:%Y-%m-%d %H:%M}")
+        raise ValueError(
+            f"cron {self.line!r} has no tick after {start.isoformat(timespec='minutes')}"
+        )
 
     def _last_at_or_before(self, end: datetime) -> datetime:
         """Largest matching naive wall minute <= ``end`` (``end`` minute-aligned)."""
@@ -181,7 +188,9 @@ class Cron:
                         index = bisect_right(self.minutes, ceiling)
                         if index > 0:
                             return date.replace(hour=hour, minute=self.minutes[index - 1])
-        raise ValueError(f"cron {self.line!r} has no tick before {end:%Y-%m-%d %H:%M}")
+        raise ValueError(
+            f"cron {self.line!r} has no tick before {end.isoformat(timespec='minutes')}"
+        )
 
 
 def parse_cron(line: str) -> Cron:
@@ -293,15 +302,13 @@ def _offset(instant: datetime, zone: tzinfo) -> timedelta:
 def _resolve(wall: datetime, zone: tzinfo) -> datetime:
     """The instant (aware, in ``zone``) at which the naive ``wall`` time happens.
 
-    An existing or repeated wall time gives its first occurrence; a wall time skipped by
+    An existing or repeated wall time gives its first occurrence (``fold=0``, as PEP 495
+    defines it; a tzinfo that ignores ``fold`` decides itself); a wall time skipped by
     a jump forward gives the instant of the jump (the first instant whose wall time is
     later than or equal to ``wall``).
     """
     guess = wall.replace(tzinfo=zone, fold=0).astimezone(UTC)
     if guess.astimezone(zone).replace(tzinfo=None) == wall:
-        earlier = wall.replace(tzinfo=zone, fold=1).astimezone(UTC)
-        if earlier < guess and earlier.astimezone(zone).replace(tzinfo=None) == wall:
-            guess = earlier  # the zone calls the later pass fold=0: take the first one
         return guess.astimezone(zone)
     # Skipped wall time: search the two days around it for the jump, to the second.
     low, high = guess - timedelta(days=2), guess + timedelta(days=2)

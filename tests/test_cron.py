@@ -227,9 +227,20 @@ def test_a_naive_datetime_is_refused() -> None:
         parse_cron("* * * * *").last_at_or_before(naive)
 
 
-def test_the_end_of_the_calendar_is_a_value_error() -> None:
-    with pytest.raises(ValueError, match="has no tick"):
+def test_the_ends_of_the_calendar_are_value_errors() -> None:
+    with pytest.raises(ValueError, match="has no tick after 9999-06-01"):
         parse_cron("0 0 1 1 *").next_after(utc(9999, 6, 1))
+    with pytest.raises(ValueError, match="no tick after 9999-12-31T23:59:00"):
+        parse_cron("* * * * *").next_after(utc(9999, 12, 31, 23, 59))
+    with pytest.raises(ValueError, match="has no tick before 0001-06-01"):
+        parse_cron("0 0 1 7 *").last_at_or_before(utc(1, 6, 1))
+    with pytest.raises(ValueError, match="the calendar starts at year 1"):
+        parse_cron("0 0 2 1 *").last_at_or_before(utc(1, 1, 1, 5))
+
+
+def test_a_cron_line_must_be_text() -> None:
+    with pytest.raises(ValueError, match="a cron line must be a string, got int"):
+        parse_cron(5)  # type: ignore[arg-type]  # the rules file is untrusted JSON
 
 
 def test_a_rare_schedule_is_found_without_walking_every_minute() -> None:
@@ -304,6 +315,12 @@ def test_during_the_second_pass_the_first_pass_ticks_count_as_past() -> None:
     last = cron.last_at_or_before(second_pass)
     assert last.astimezone(UTC) == utc(2026, 10, 25, 0, 59)  # 02:59 summer time
     assert cron.next_after(second_pass).astimezone(UTC) == utc(2026, 10, 25, 2, 59)
+
+
+def test_the_day_after_a_fall_back_today_s_later_ticks_are_not_yet_past() -> None:
+    cron = parse_cron("30 10 * * *")
+    assert cron.last_at_or_before(toy(2026, 10, 25, 10, 0)) == toy(2026, 10, 24, 10, 30)
+    assert cron.last_at_or_before(toy(2026, 10, 25, 10, 30)) == toy(2026, 10, 25, 10, 30)
 
 
 def test_zoneinfo_spring_forward_in_new_york() -> None:

@@ -161,7 +161,7 @@ def test_a_receipt_shown_inside_another_fenced_block_is_only_an_example() -> Non
 
 
 def test_a_backtick_fence_with_a_backtick_in_its_info_is_not_a_fence() -> None:
-    text = 'say ```autoloop` inline\n```autoloop\n{"resolve": ["x"]}\n```\n'
+    text = '```autoloop` inline\n```autoloop\n{"resolve": ["x"]}\n```\n'
     assert parse_receipt(text, rule=RULE) == Receipt(resolve=("x",))
 
 
@@ -270,6 +270,10 @@ def test_a_message_far_larger_than_the_limit_is_still_read() -> None:
             "ask[0].options[1]: must not be empty",
         ),
         (
+            {"ask": [{"key": "k", "title": "t", "options": ["a", "o" * 201]}]},
+            "ask[0].options[1]: is 201 characters; at most 200",
+        ),
+        (
             {"ask": [{"key": "k", "title": "t", "options": ["a", "b", "a"]}]},
             "ask[0].options[2]: 'a' is given twice",
         ),
@@ -309,6 +313,7 @@ def test_a_message_far_larger_than_the_limit_is_still_read() -> None:
         # resolve
         ({"resolve": [3]}, "resolve[0]: must be a card key or id (a string), got a number"),
         ({"resolve": ["a", ""]}, "resolve[1]: must not be empty"),
+        ({"resolve": ["k" * 201]}, "resolve[0]: is 201 characters; at most 200 are allowed"),
         # events
         ({"events": [{"subject": "x"}]}, "events[0].type: is required"),
         (
