@@ -33,6 +33,8 @@ from kernel.records import Card, EventRow, Matter, Timer, Turn
 # name -> "module:function"; each function takes the remaining argv and returns an exit code.
 EXTERNAL: dict[str, str] = {
     "sandbox": "ghapp.sandbox.cli:main",
+    "serve": "ghapp.serve:main",
+    "work": "ghapp.worker:main",
 }
 
 

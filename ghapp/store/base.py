@@ -40,6 +40,8 @@ class DuplicateFact(StoreError):
 class Tx(Protocol):
     def has_key(self, key: str) -> bool: ...
 
+    def has_key_prefix(self, prefix: str) -> bool: ...
+
     def append(self, facts: Sequence[Fact], records: Iterable[Record]) -> list[int]: ...
 
     def get(self, kind: str, rid: str) -> Record | None: ...
@@ -89,6 +91,14 @@ class SqlTx:
 
     def has_key(self, key: str) -> bool:
         self.cur.execute(self._q("SELECT 1 FROM facts WHERE fkey = ?"), (key,))
+        return self.cur.fetchone() is not None
+
+    def has_key_prefix(self, prefix: str) -> bool:
+        """True when a fact key starts with ``prefix`` (e.g. every event of one delivery)."""
+        hi = prefix + "\U0010ffff"
+        self.cur.execute(
+            self._q("SELECT 1 FROM facts WHERE fkey >= ? AND fkey < ? LIMIT 1"), (prefix, hi)
+        )
         return self.cur.fetchone() is not None
 
     def append(self, facts: Sequence[Fact], records: Iterable[Record]) -> list[int]:

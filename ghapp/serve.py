@@ -1,0 +1,159 @@
+"""``autoloop serve``: the webhook server, generic sources, card pages and the worker loop.
+
+Settings come from the environment or ``--config FILE`` (see :mod:`ghapp.settings`).
+When any ``AUTOLOOP_GITHUB_*`` setting is given, all of them must be valid (one clear
+line otherwise); with none, the server runs without GitHub (local and HMAC sources).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from ghapp.app import Server, create_app
+from ghapp.context import Context, read_master_key
+from ghapp.ingest import IngestQueue
+from ghapp.links import CardLinks
+from ghapp.settings import Settings, SettingsError
+from ghapp.worker import WorkerLoop
+from kernel.errors import ConfigError
+
+
+@dataclass
+class Running:
+    server: Server
+    worker: WorkerLoop
+    queue: IngestQueue
+    extras: list[Any]
+
+    def stop(self) -> None:
+        for extra in self.extras:
+            stop = getattr(extra, "stop", None)
+            if stop is not None:
+                stop()
+        self.worker.stop()
+        self.queue.stop()
+
+
+def build(
+    ctx: Context,
+    settings: Settings,
+    *,
+    worker_name: str = "local",
+    max_parallel: int | None = None,
+    base_url: str = "",
+    poll_s: float = 1.0,
+    connect_github: bool = True,
+) -> Running:
+    """Wire hub, ledger queue, worker and (when configured) the GitHub App together.
+
+    ``connect_github=False`` (tests of ingest alone) only needs the webhook secret.
+    """
+    rules = ctx.rules()
+    gh_given = any(
+        v
+        for v in (
+            settings.github_app_id,
+            settings.github_private_key,
+            settings.github_webhook_secret,
+        )
+    )
+    github = settings.require_github() if gh_given and connect_github else None
+    secret = github.webhook_secret if github else None
+    if secret is None and not connect_github and settings.github_webhook_secret:
+        secret = settings.github_webhook_secret.encode()
+    key_path = ctx.home / "master.key"
+    if not key_path.exists():
+        raise SettingsError(f"{key_path} is missing: run 'autoloop init' first")
+    master = read_master_key(ctx.home)
+    links = CardLinks(master, base_url=base_url)
+    hub = ctx.hub()
+    extras: list[Any] = []
+    worker = WorkerLoop(
+        hub, name=worker_name, max_parallel=max_parallel or rules.max_parallel, poll_s=poll_s
+    )
+    queue = IngestQueue(hub.ledger, on_commit=lambda outs: worker.wake())
+    sources: dict[str, tuple[str, bytes]] = {}
+    for name, spec in rules.sources.items():
+        if spec.adapter != "hmac":
+            continue
+        var = str(spec.options.get("secret_env", f"AUTOLOOP_SOURCE_{name.upper()}_SECRET"))
+        secret = ctx.env.get(var)
+        if not secret:
+            raise SettingsError(f"source {name!r}: set {var} to its HMAC secret")
+        sources[name] = (str(spec.options.get("header", "x-signature-256")), secret.encode())
+    server = Server(
+        hub=hub,
+        queue=queue,
+        webhook_secret=secret,
+        source_secrets=sources,
+        links=links,
+        wake=worker.wake,
+    )
+    if github is not None:
+        from ghapp.github_app import attach  # noqa: PLC0415  # only with GitHub configured
+
+        extras.extend(attach(server, hub, github, links=links))
+    return Running(server=server, worker=worker, queue=queue, extras=extras)
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="autoloop serve")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--workers", type=int, default=None, help="turns run at once (max_parallel)")
+    p.add_argument("--name", default="local", help="this worker's name")
+    p.add_argument("--config", type=Path, help="a TOML settings file")
+    p.add_argument("--base-url", default="", help="public URL of this server, for card links")
+    args = p.parse_args(argv)
+    env: Mapping[str, str] = os.environ
+    try:
+        settings = Settings.from_env(env, args.config)
+        ctx = Context.open(env=dict(env), home=settings.home)
+        running = build(
+            ctx,
+            settings,
+            worker_name=args.name,
+            max_parallel=args.workers,
+            base_url=args.base_url or f"http://{args.host}:{args.port}",
+        )
+    except (SettingsError, ConfigError) as exc:
+        print(f"autoloop serve: {exc}", file=sys.stderr)
+        return 2
+    running.queue.start()
+    running.worker.start()
+    for extra in running.extras:
+        start = getattr(extra, "start", None)
+        if start is not None:
+            start()
+    config = uvicorn.Config(
+        create_app(running.server),
+        host=args.host,
+        port=args.port,
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=5,
+    )
+    server = uvicorn.Server(config)
+    print(f"autoloop serve: listening on http://{args.host}:{args.port}", flush=True)
+    done = threading.Event()
+
+    def _term(signum: int, frame: object) -> None:
+        server.should_exit = True
+        done.set()
+
+    signal.signal(signal.SIGTERM, _term)
+    try:
+        server.run()
+    finally:
+        running.stop()
+    return 0

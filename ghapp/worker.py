@@ -1,0 +1,120 @@
+"""The worker loop: claim runnable turns for this worker and run them, a few at a time.
+
+It sleeps on an event that ingest sets ("something new"), with a short timeout so that
+timers, schedules and lapsed leases are noticed too. Waiting costs nothing but this
+one thread: a card waiting for a person is a row in the ledger, not a process.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from ghapp.hub import Hub
+
+log = logging.getLogger("autoloop.worker")
+
+
+class WorkerLoop:
+    def __init__(
+        self, hub: Hub, *, name: str = "local", max_parallel: int = 2, poll_s: float = 1.0
+    ) -> None:
+        self.hub = hub
+        self.name = name
+        self.max_parallel = max(1, max_parallel)
+        self.poll_s = poll_s
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._pool = ThreadPoolExecutor(max_workers=self.max_parallel, thread_name_prefix="turn")
+        self._running: dict[str, Future[object]] = {}
+        self._thread: threading.Thread | None = None
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self.run, name=f"worker-{self.name}", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=timeout)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def run(self) -> None:
+        self.hub.sweep_cards()
+        self.hub.sweep_actions()
+        while not self._stop.is_set():
+            try:
+                self.once()
+            except Exception:  # keep serving; the failure is logged (redacted)
+                log.exception("worker loop step failed")
+            self._wake.wait(self.poll_s)
+            self._wake.clear()
+
+    def once(self) -> int:
+        """One pass: tick, then start as many runnable turns as there are free slots."""
+        self.hub.tick()
+        for matter, fut in list(self._running.items()):
+            if fut.done():
+                del self._running[matter]
+        started = 0
+        for m in self.hub.runnable(self.name):
+            if len(self._running) >= self.max_parallel:
+                break
+            if m.id in self._running:
+                continue
+            turn = self.hub.claim(m.id, self.name)
+            if turn is None:
+                continue
+            self._running[m.id] = self._pool.submit(self._run_turn, turn)
+            started += 1
+        return started
+
+    def _run_turn(self, turn: object) -> object:
+        try:
+            return self.hub.run(turn)  # type: ignore[arg-type]
+        finally:
+            self._wake.set()  # a finished turn may have made its matter runnable again
+
+
+def main(argv: list[str]) -> int:
+    """``autoloop work [--name W]``: a worker only, claiming turns from the shared ledger."""
+    import argparse  # noqa: PLC0415
+    import signal  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    from ghapp.context import Context  # noqa: PLC0415
+    from ghapp.store.base import StoreError  # noqa: PLC0415
+    from kernel.errors import ConfigError  # noqa: PLC0415
+
+    p = argparse.ArgumentParser(prog="autoloop work")
+    p.add_argument("--name", default="local", help="run only turns whose agent names this worker")
+    p.add_argument("--parallel", type=int, default=None, help="turns at once (max_parallel)")
+    p.add_argument("--poll", type=float, default=1.0, help="seconds between looks at the ledger")
+    args = p.parse_args(argv)
+    try:
+        ctx = Context.open()
+        rules = ctx.rules()
+        hub = ctx.hub()
+    except (ConfigError, StoreError) as exc:
+        print(f"autoloop work: {exc}", file=sys.stderr)
+        return 2
+    loop = WorkerLoop(
+        hub, name=args.name, max_parallel=args.parallel or rules.max_parallel, poll_s=args.poll
+    )
+    stop = threading.Event()
+
+    def _term(signum: int, frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _term)
+    signal.signal(signal.SIGINT, _term)
+    print(f"autoloop work: worker {args.name!r} started", flush=True)
+    loop.start()
+    stop.wait()
+    loop.stop()
+    return 0
