@@ -87,10 +87,11 @@ def build(
         if spec.adapter != "hmac":
             continue
         var = str(spec.options.get("secret_env", f"AUTOLOOP_SOURCE_{name.upper()}_SECRET"))
-        secret = ctx.env.get(var)
-        if not secret:
+        source_secret = ctx.env.get(var)
+        if not source_secret:
             raise SettingsError(f"source {name!r}: set {var} to its HMAC secret")
-        sources[name] = (str(spec.options.get("header", "x-signature-256")), secret.encode())
+        header = str(spec.options.get("header", "x-signature-256"))
+        sources[name] = (header, source_secret.encode())
     server = Server(
         hub=hub,
         queue=queue,
