@@ -3,6 +3,11 @@
 Writers take the database's write lock with ``BEGIN IMMEDIATE``, so several processes
 (a server, a worker, a CLI) can share one file safely. Facts are append-only: triggers
 refuse any UPDATE or DELETE on the facts table.
+
+For simulations and tests only, ``durable=False`` or the URL query ``?sync=off``
+(``sqlite:///PATH?sync=off``) sets ``synchronous=OFF``: commits no longer wait for the
+disk, so a power cut may lose the last transactions. Never use it for a real ledger;
+the default stays ``FULL``.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import sqlite3
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import parse_qs
 
 from ghapp.store.base import SCHEMA_VERSION, SqlTx, StoreError
 
@@ -43,11 +49,37 @@ BEGIN SELECT RAISE(ABORT, 'facts are append-only'); END;
 """
 
 
+SYNC_MODES = {"full": True, "off": False}
+
+
+def _split_url(url: str) -> tuple[str, bool | None]:
+    """The file path of a ``sqlite:`` URL and its ``sync`` query (None when absent)."""
+    path = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else url
+    path = path.removeprefix("sqlite:")
+    path, _, query = path.partition("?")
+    if not query:
+        return path, None
+    params = parse_qs(query, keep_blank_values=True)
+    unknown = sorted(set(params) - {"sync"})
+    if unknown:
+        raise StoreError(
+            f"unknown option {unknown[0]!r} in the ledger URL {url!r}: "
+            "the only one is sync=full|off (off is for simulations and tests)"
+        )
+    value = params["sync"][-1].lower()
+    if value not in SYNC_MODES:
+        raise StoreError(
+            f"sync={value!r} in the ledger URL {url!r} is not valid: use sync=full "
+            "(the default) or sync=off (simulations and tests only)"
+        )
+    return path, SYNC_MODES[value]
+
+
 class SqliteStore:
-    def __init__(self, url: str, *, timeout_s: float = 30.0) -> None:
+    def __init__(self, url: str, *, timeout_s: float = 30.0, durable: bool = True) -> None:
         self.url = url
-        path = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else url
-        path = path.removeprefix("sqlite:")
+        path, sync = _split_url(url)
+        self.durable = durable if sync is None else (durable and sync)
         self.path = Path(path)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -55,7 +87,7 @@ class SqliteStore:
                 str(self.path), timeout=timeout_s, isolation_level=None, check_same_thread=False
             )
             self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA synchronous=FULL")
+            self._conn.execute(f"PRAGMA synchronous={'FULL' if self.durable else 'OFF'}")
             self._conn.execute("PRAGMA foreign_keys=ON")
             self._conn.executescript(SCHEMA)
             self._conn.execute(
