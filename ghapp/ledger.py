@@ -114,16 +114,21 @@ class Ledger:
         if isinstance(inp, k.Finish):
             t = state.turns.get(inp.turn)
             if t is not None:
-                extra = k.emitted_matters(inp, rules, rules.rule(t.rule))
+                m = state.matters.get(t.matter)
+                subject = m.subject if m is not None else ""
+                extra = k.emitted_matters(inp, rules, rules.rule(t.rule), subject)
                 if extra - set(state.matters):
                     more = load_state(tx, k.Needs(matters=extra), when)
                     for rec in more.records():
                         if rec.kind != "meta":
                             state.put(rec)
+        aid: str | None = None
         if isinstance(inp, k.ActionTried | k.ActionDone):
-            act = tx.get("action", inp.action)
-            if act is not None:
-                state.put(act)
+            aid = inp.action
+        elif isinstance(inp, k.Answer) and (card := state.cards.get(inp.card)) is not None:
+            aid = card.action  # answering an approval card decides its action
+        if aid is not None and (act := tx.get("action", aid)) is not None:
+            state.put(act)
         decision = k.step(state, inp, now=when, rules=rules)
         records = [r for key in sorted(decision.touched) if (r := state.get(key)) is not None]
         seqs = tx.append(decision.facts, records)

@@ -220,8 +220,14 @@ def needs(inp: Input, rules: Rules) -> Needs:
     return Needs()  # ActionTried / ActionDone name only their action; the shell loads it
 
 
-def emitted_matters(inp: Finish, rules: Rules, rule: Rule | None) -> frozenset[str]:
-    """Matters the events of a receipt will join (a second seed for Finish)."""
+def emitted_matters(
+    inp: Finish, rules: Rules, rule: Rule | None, subject: str = ""
+) -> frozenset[str]:
+    """Matters the events of a receipt will join (a second seed for Finish).
+
+    ``subject`` is the subject of the turn's matter: an event emitted without one takes
+    it (as :func:`_apply_receipt` does), so it routes to the same matters here.
+    """
     if rule is None or not inp.outcome.ok:
         return frozenset()
     receipt = parse_receipt(inp.outcome.final_message, rule=rule)
@@ -229,7 +235,7 @@ def emitted_matters(inp: Finish, rules: Rules, rule: Rule | None) -> frozenset[s
         return frozenset()
     out: set[str] = set()
     for spec in receipt.events:
-        ev = Event(source="agent", id="-", type=spec.type, subject=spec.subject or "")
+        ev = Event(source="agent", id="-", type=spec.type, subject=spec.subject or subject)
         out.update(m for _, m in route(rules, ev))
     return frozenset(out)
 
