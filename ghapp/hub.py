@@ -163,7 +163,8 @@ class Hub:
             last = ticks.get(rule.name)
             if last is None:
                 # First sight of a schedule: start counting from now, don't replay history.
-                if latest < local - timedelta(minutes=1):
+                # (Compare instants in UTC: same-zone datetimes compare by wall clock.)
+                if latest.astimezone(UTC) < now.astimezone(UTC) - timedelta(minutes=1):
                     continue
             elif at <= last:
                 continue

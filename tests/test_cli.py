@@ -318,3 +318,21 @@ def test_broken_rules_exit_2_with_one_line_and_nothing_runs(
     for needle in needles:
         assert needle in lines[0]
     assert cli.agent_runs() == []
+
+
+def test_schedules_fire_once_per_tick_and_once_after_a_clock_jump(cli: Cli) -> None:
+    cli.rules([{"name": "morning", "every": "*/5 * * * *", "agent": "silent"}])
+    t0 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
+
+    def drain_at(minutes: int) -> None:
+        cli.run("drain", AUTOLOOP_CLOCK=(t0 + timedelta(minutes=minutes)).isoformat())
+
+    for minutes in (0, 3, 5, 5, 180):
+        drain_at(minutes)
+    ticks = [e for e in cli.json("status")["events"] if e["type"] == "schedule.tick"]
+    assert [e["id"] for e in ticks] == [
+        "morning@2026-11-30T09:00:00.000000+00:00",
+        "morning@2026-11-30T09:05:00.000000+00:00",
+        "morning@2026-11-30T12:00:00.000000+00:00",
+    ]
+    assert len(cli.json("status")["turns"]) == 3
