@@ -192,11 +192,14 @@ def apply(state: State, fact: f.Fact) -> set[Key]:
             agent_session = fact.agent_session
         if not fact.keep_session:
             agent_session = None
+        repair = fact.turn if fact.repair else m.repair
+        if fact.retry and t.kind_ == "repair" and t.repair_of:
+            repair = t.repair_of  # a repair that failed to run is still owed: try it again
         m = _r(
             m,
             running=None if m.running == fact.turn else m.running,
             agent_session=agent_session,
-            repair=fact.turn if fact.repair else m.repair,
+            repair=repair,
             retry=(*m.retry, *t.events) if fact.retry else m.retry,
             failures=m.failures + 1 if fact.retry else 0,
         )
