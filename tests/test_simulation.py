@@ -7,6 +7,9 @@ steps; ``python -m tests.sim --seeds 10 --steps 2000`` runs it by hand with summ
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -18,8 +21,8 @@ from ghapp.ledger import Ledger
 from ghapp.store.base import StoreError
 from ghapp.store.sqlite import SqliteStore
 from kernel import step as k
-from kernel.model import Trigger
-from kernel.records import Action, Matter
+from kernel.model import Rule, Rules, Trigger
+from kernel.records import Action, Matter, Turn
 from tests.kernel_helpers import T0, ev, receipt, rule, rules_of
 from tests.sim import InvariantBroken, Simulation, run
 
@@ -44,6 +47,12 @@ def test_the_same_seed_commits_the_same_facts(tmp_path: Path) -> None:
     assert first.fact_hash == second.fact_hash
     assert first.facts == second.facts and first.faults == second.faults
     assert other.fact_hash != first.fact_hash
+    # Another process with another string-hash seed commits the same facts too.
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    cmd = [sys.executable, "-m", "tests.sim", "--seeds", "1", "--first-seed", "7", "--steps", "400"]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True, timeout=300)
+    assert f"facts sha256 {first.fact_hash[:16]}" in done.stdout
+    assert "all invariants held" in done.stdout
 
 
 @settings(max_examples=20, deadline=None)
@@ -69,14 +78,34 @@ def test_invariants_hold_over_twenty_thousand_steps(tmp_path: Path) -> None:
 
 def test_a_projection_written_behind_the_folds_back_is_caught(tmp_path: Path) -> None:
     sim = Simulation(5, 50, tmp_path / "l.db")
-    for _ in range(40):
+    for _ in range(30):
         sim._ingest()
     with sim.store.write() as tx:
-        m = next(iter(tx.query("matter")))
-        tx.tamper("matter", m.id, json.dumps({"id": m.id, "rule": "x", "subject": "y"}))
+        tx.tamper(
+            "matter",
+            "ops",
+            json.dumps({"id": "ops", "rule": "ops", "subject": "ops", "session": "s"}),
+        )
     with pytest.raises(InvariantBroken, match="differences"):
         sim.obs.full_check(sim.ledger)
+    with pytest.raises(InvariantBroken, match="projection matter ops differs from the replay"):
+        sim.decide(k.Ingest(event=ev("late", type_="ping")))  # the next write of that row
     sim.store.close()
+
+
+def test_the_simulation_finds_the_emit_routing_bug_when_it_is_put_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fixed = k.emitted_matters
+
+    def routed_without_the_matters_subject(
+        inp: k.Finish, rules: Rules, rule: Rule | None, subject: str = ""
+    ) -> frozenset[str]:
+        return fixed(inp, rules, rule)
+
+    monkeypatch.setattr(k, "emitted_matters", routed_without_the_matters_subject)
+    with pytest.raises(InvariantBroken, match=r"projection matter follow/\S+ differs"):
+        run(2, 200, tmp_path)
 
 
 # ------------------------------------------------------------- what the simulation found
@@ -126,6 +155,22 @@ def test_an_emit_without_subject_joins_the_existing_matter_of_its_subject(
     with led.store.read() as tx:
         follow = tx.get("matter", "b/x")
     assert isinstance(follow, Matter) and follow.pending == (1, 3)
+    assert led.check() == []
+    led.store.close()
+
+
+def test_a_repair_turn_that_fails_to_run_is_tried_again(tmp_path: Path) -> None:
+    led = _ledger(tmp_path, rule(max_retries=2))
+    led.decide(k.Ingest(event=ev("1")))
+    _finish(led, "r", {"ask": [{"key": "x", "title": "t", "options": ["only one"]}]})
+    t2 = str(led.decide(k.Claim(matter="r", worker="w")).reply.data["turn"])
+    crashed = k.AgentOutcome(started=True, ok=False, error="exit 1")
+    assert led.decide(k.Finish(turn=t2, fence=2, outcome=crashed)).reply.code == "failed"
+    again = led.decide(k.Claim(matter="r", worker="w")).reply
+    assert again.code == "started"
+    with led.store.read() as tx:
+        t3 = tx.get("turn", str(again.data["turn"]))
+    assert isinstance(t3, Turn) and (t3.kind_, t3.repair_of) == ("repair", "t1")
     assert led.check() == []
     led.store.close()
 

@@ -106,7 +106,8 @@ class Summary:
 
 
 MOVE_WEIGHTS: dict[str, float] = {
-    "ingest": 16,
+    "ingest": 14,
+    "group_ingest": 2,
     "duplicate": 5,
     "claim": 16,
     "finish": 18,
@@ -180,6 +181,21 @@ class Simulation:
         self.obs.observe(self.store, out.decision.touched)
         return out.reply
 
+    def decide_many(self, inputs: list[k.Input]) -> list[k.Reply] | None:
+        """A group commit: several decisions in one transaction, then the invariants."""
+        self.obs.where = f"seed {self.seed} step {self.step_no} group of {len(inputs)}"
+        self.store.crash_next, self.crash_next = self.crash_next, False
+        try:
+            outs = self.ledger.decide_many(inputs, now=self.now)
+        except SimulatedCrash:
+            if self.obs.observe(self.store):
+                raise self.fail("a group commit killed before COMMIT left facts") from None
+            self.faults["crash_before_commit"] += 1
+            return None
+        touched = frozenset().union(*(out.decision.touched for out in outs))
+        self.obs.observe(self.store, touched)
+        return [out.reply for out in outs]
+
     def expect(self, reply: k.Reply | None, *codes: str) -> None:
         if reply is not None and reply.code not in codes:
             raise self.fail(f"expected {codes}, got {reply}")
@@ -187,6 +203,10 @@ class Simulation:
     def query(self, kind: str, **kw: Any) -> list[Any]:
         with self.store.read() as tx:
             return tx.query(kind, **kw)
+
+    def cards(self, kind: str, *states: str) -> list[Card]:
+        """Cards by kind and state, from the replay (checked equal to the store's rows)."""
+        return [c for c in self.obs.fold.cards.values() if c.kind_ == kind and c.state in states]
 
     def pick(self, items: list[Any]) -> Any:
         return items[self.rnd.randrange(len(items))]
@@ -221,7 +241,7 @@ class Simulation:
 
     # -- moves ----------------------------------------------------------------------------
 
-    def _ingest(self) -> None:
+    def _new_event(self) -> Event:
         rnd = self.rnd
         source = rnd.choice(world.SOURCES)
         n = len(self.sent) + 1
@@ -234,12 +254,41 @@ class Simulation:
             details={"n": n, "title": "text written by others, kept as data"},
         )
         self.sent.append(event)
+        return event
+
+    def _ingest(self) -> None:
+        rnd = self.rnd
+        event = self._new_event()
         self.moves["ingest"] += 1
-        reply = self.decide(k.Ingest(event=event))
+        ignore = "sent by a bot account" if rnd.random() < 0.05 else ""  # kept, not dispatched
+        reply = self.decide(k.Ingest(event=event, ignore=ignore))
         self.expect(reply, "recorded")
         if reply is not None and rnd.random() < 0.08:  # committed, but the answer was lost
             self.faults["lost_ack_resent"] += 1
             self.expect(self.decide(k.Ingest(event=event)), "duplicate")
+
+    def _group_ingest(self) -> None:
+        """Webhooks arriving together share one commit; a redelivery may sit in the group."""
+        group: list[Event] = []
+        for _ in range(self.rnd.randint(2, 6)):
+            roll = self.rnd.random()
+            if roll < 0.2 and group:
+                group.append(self.pick(group))  # the same delivery twice in one group
+                self.faults["duplicate_in_group"] += 1
+            elif roll < 0.35 and self.sent:
+                group.append(self.pick(self.sent))
+                self.faults["duplicate_delivery"] += 1
+            else:
+                group.append(self._new_event())
+        seen = set(self.obs.keys)
+        replies = self.decide_many([k.Ingest(event=e) for e in group])
+        self.moves["group commit"] += 1
+        if replies is None:
+            return
+        for event, reply in zip(group, replies, strict=True):
+            key = (event.source, event.id)
+            self.expect(reply, "duplicate" if key in seen else "recorded")
+            seen.add(key)
 
     def _duplicate(self) -> None:
         if not self.sent:
@@ -353,7 +402,7 @@ class Simulation:
         rnd = self.rnd
         roll = rnd.random()
         if roll < 0.72:
-            asks = [c for c in self.query("card", states=["open"]) if c.kind_ == "ask"]
+            asks = self.cards("ask", "open")
             if not asks:
                 return
             card: Card = self.pick(asks)
@@ -368,20 +417,20 @@ class Simulation:
                     self.decide(k.Answer(card=card.id, choice=again, by="other")), "refused"
                 )
         elif roll < 0.8:
-            asks = [c for c in self.query("card", states=["open"]) if c.kind_ == "ask"]
+            asks = self.cards("ask", "open")
             if asks:
                 card = self.pick(asks)
                 self.faults["answer_bad_choice"] += 1
                 bad = rnd.choice((0, len(card.options) + 1, 99))
                 self.expect(self.decide(k.Answer(card=card.id, choice=bad, by="owner")), "invalid")
         elif roll < 0.92:
-            gone = [c for c in self.query("card", states=["decided", "done"]) if c.kind_ == "ask"]
+            gone = self.cards("ask", "decided", "done")
             if gone:
                 card = self.pick(gone)
                 self.faults["late_answer"] += 1
                 self.expect(self.decide(k.Answer(card=card.id, choice=1, by="late")), "refused")
         elif roll < 0.96:
-            notices = [c for c in self.query("card", states=["open"]) if c.kind_ == "notice"]
+            notices = self.cards("notice", "open")
             if notices:
                 card = self.pick(notices)
                 self.faults["answer_to_notice"] += 1
@@ -433,7 +482,7 @@ class Simulation:
                 self.faults["action_result_resent"] += 1
                 self.expect(self.decide(k.ActionDone(action=act.id, ok=True)), "duplicate")
             return
-        cards = self.query("card", states=["open"])
+        cards = self.cards("ask", "open") + self.cards("notice", "open")
         if cards:
             card: Card = self.pick(cards)
             channel = rnd.choice(("desk", "chat"))
