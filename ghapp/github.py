@@ -121,6 +121,26 @@ def _items(data: object, key: str | None) -> list[JSON]:
     return [item for item in data if isinstance(item, dict)] if isinstance(data, list) else []
 
 
+class _Pooled(httpx.BaseTransport):
+    """A transport that sends through one long-lived httpx client (thread-safe).
+
+    The short-lived clients githubkit creates close their transport when done; that
+    close is ignored here, :meth:`shutdown` closes the pool for real.
+    """
+
+    def __init__(self, transport: httpx.BaseTransport | None, timeout: httpx.Timeout) -> None:
+        self._client = httpx.Client(transport=transport, timeout=timeout, follow_redirects=False)
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        return self._client.send(request, stream=True)
+
+    def close(self) -> None:
+        pass  # the per-request client is done; the pool stays open
+
+    def shutdown(self) -> None:
+        self._client.close()
+
+
 class GitHubClient:
     """Calls to one GitHub (or a sandbox, or an Enterprise server)."""
 
@@ -143,11 +163,15 @@ class GitHubClient:
             raise TypeError("GitHubClient needs app_id and private_key, or a token")
         self.base_url = base_url.rstrip("/")
         self.timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, 5.0))
+        # githubkit opens a new httpx client per request; they all send through this
+        # one long-lived client, so connections are pooled and TLS is set up once.
+        self._pool = _Pooled(transport, self.timeout)
         self._gh = GitHub(
             base_url=self.base_url + "/",
             user_agent=user_agent,
             timeout=self.timeout,
-            transport=transport,
+            transport=self._pool,
+            trust_env=False,  # proxies from the environment are applied by the pool
             auto_retry=False,  # retries live in ghapp.retry, reads only
             http_cache=False,  # re-reads must see the present state
             follow_redirects=True,
@@ -170,6 +194,16 @@ class GitHubClient:
             base_url=settings.api_url,
             **kw,
         )
+
+    def close(self) -> None:
+        """Close the pooled connections."""
+        self._pool.shutdown()
+
+    def __enter__(self) -> GitHubClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # ----------------------------------------------------------------------- plumbing
 

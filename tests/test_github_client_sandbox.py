@@ -34,6 +34,12 @@ def waits(sandbox: SandboxHandle) -> Iterator[list[float]]:
     retry.set_testing(False)
 
 
+@pytest.fixture
+def gh(sandbox: SandboxHandle, waits: list[float]) -> Iterator[GitHubClient]:
+    with client(sandbox, waits) as made:
+        yield made
+
+
 def client(sandbox: SandboxHandle, waits: list[float]) -> GitHubClient:
     settings = Settings.from_env(
         {
@@ -47,9 +53,8 @@ def client(sandbox: SandboxHandle, waits: list[float]) -> GitHubClient:
 
 
 def test_the_app_authenticates_and_comments_labels_and_closes(
-    sandbox: SandboxHandle, waits: list[float]
+    sandbox: SandboxHandle, waits: list[float], gh: GitHubClient
 ) -> None:
-    gh = client(sandbox, waits)
     assert gh.get_app()["id"] == sandbox.app_id
     number = sandbox.world.open_issue("reader", "Crash on start", body="it crashes")
     issue = gh.get_issue(sandbox.repo, number)
@@ -68,8 +73,9 @@ def test_the_app_authenticates_and_comments_labels_and_closes(
     assert gh.get_issue(sandbox.repo, number)["labels"] == []
 
 
-def test_collaborator_permissions_are_read_live(sandbox: SandboxHandle, waits: list[float]) -> None:
-    gh = client(sandbox, waits)
+def test_collaborator_permissions_are_read_live(
+    sandbox: SandboxHandle, waits: list[float], gh: GitHubClient
+) -> None:
     assert gh.get_collaborator_permission(sandbox.repo, "maintainer") == "admin"
     assert gh.get_collaborator_permission(sandbox.repo, "reader") == "read"
     assert gh.get_collaborator_permission(sandbox.repo, "contributor") == "none"
@@ -78,16 +84,16 @@ def test_collaborator_permissions_are_read_live(sandbox: SandboxHandle, waits: l
 
 
 def test_the_policy_file_is_read_from_the_default_branch(
-    sandbox: SandboxHandle, waits: list[float]
+    sandbox: SandboxHandle, waits: list[float], gh: GitHubClient
 ) -> None:
-    gh = client(sandbox, waits)
     text = gh.get_file_contents(sandbox.repo, ".github/autoloop.toml", "main")
     assert text
     assert gh.get_file_contents(sandbox.repo, "no/such/file", "main") is None
 
 
-def test_a_read_answered_502_is_retried(sandbox: SandboxHandle, waits: list[float]) -> None:
-    gh = client(sandbox, waits)
+def test_a_read_answered_502_is_retried(
+    sandbox: SandboxHandle, waits: list[float], gh: GitHubClient
+) -> None:
     number = sandbox.world.open_issue("reader", "Flaky gateway")
     sandbox.world.faults.add("error_502", method="GET", path=f"*/issues/{number}", times=1)
     assert gh.get_issue(sandbox.repo, number)["number"] == number
@@ -95,9 +101,8 @@ def test_a_read_answered_502_is_retried(sandbox: SandboxHandle, waits: list[floa
 
 
 def test_a_comment_whose_answer_is_lost_is_ambiguous_and_made_once(
-    sandbox: SandboxHandle, waits: list[float]
+    sandbox: SandboxHandle, waits: list[float], gh: GitHubClient
 ) -> None:
-    gh = client(sandbox, waits)
     number = sandbox.world.open_issue("reader", "Lost answers")
     gh.get_issue(sandbox.repo, number)  # token ready before the fault
     sandbox.world.faults.add("response_lost", method="POST", path=f"*/issues/{number}/comments")
@@ -108,9 +113,8 @@ def test_a_comment_whose_answer_is_lost_is_ambiguous_and_made_once(
 
 
 def test_a_rate_limited_write_is_sent_again_after_the_wait(
-    sandbox: SandboxHandle, waits: list[float]
+    sandbox: SandboxHandle, waits: list[float], gh: GitHubClient
 ) -> None:
-    gh = client(sandbox, waits)
     number = sandbox.world.open_issue("reader", "Busy")
     gh.get_issue(sandbox.repo, number)
     sandbox.world.faults.add(
@@ -169,9 +173,8 @@ class Receiver:
 
 
 def test_sandbox_webhooks_verify_and_translate_and_the_apps_own_are_dropped(
-    sandbox: SandboxHandle, waits: list[float]
+    sandbox: SandboxHandle, waits: list[float], gh: GitHubClient
 ) -> None:
-    gh = client(sandbox, waits)
     slug = gh.get_app()["slug"]
     with Receiver(sandbox.webhook_secret.encode(), slug, sandbox.app_id) as receiver:
         sandbox.world.set_app_url(receiver.url)
