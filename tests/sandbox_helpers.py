@@ -13,6 +13,7 @@ from typing import Any
 import jsonschema
 from openapi_schema_validator import OAS30Validator
 from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT7
 
 FIXTURES = Path(__file__).parent / "fixtures" / "github"
 HOOK_SCHEMAS = FIXTURES / "webhook-schemas"
@@ -71,9 +72,9 @@ def _hook_registry() -> Registry:
     resources = []
     for file in HOOK_SCHEMAS.rglob("*.schema.json"):
         schema = json.loads(file.read_text())
-        resources.append((schema["$id"], Resource.from_contents(schema)))
-        rel = file.relative_to(HOOK_SCHEMAS).as_posix()
-        resources.append((rel, Resource.from_contents(schema)))
+        resource = Resource.from_contents(schema, default_specification=DRAFT7)
+        resources.append((schema["$id"], resource))
+        resources.append((file.relative_to(HOOK_SCHEMAS).as_posix(), resource))
     return Registry().with_resources(resources)
 
 

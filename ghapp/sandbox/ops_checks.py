@@ -292,7 +292,12 @@ def create_deployment(state: State, repo: Repo, actor: Actor, body: dict[str, An
         emit(
             state,
             "deployment",
-            {"action": "created", "deployment": deployment(state, repo, found)},
+            {
+                "action": "created",
+                "deployment": deployment(state, repo, found),
+                "workflow": None,
+                "workflow_run": None,
+            },
             repo=repo,
             actor=actor,
         )

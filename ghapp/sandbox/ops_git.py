@@ -13,7 +13,7 @@ from ghapp.sandbox import git
 from ghapp.sandbox.errors import ApiError, not_found
 from ghapp.sandbox.events import emit
 from ghapp.sandbox.model import Commit, Repo
-from ghapp.sandbox.render_checks import head_commit, push_commit
+from ghapp.sandbox.render_checks import push_commit
 from ghapp.sandbox.render_core import Json
 from ghapp.sandbox.render_pulls import pull_request
 from ghapp.sandbox.state import Actor, State, iso
@@ -63,7 +63,7 @@ def move_branch(
             "base_ref": None,
             "compare": f"{state.base_url}/{repo.full_name}/compare/{before[:12]}...{after[:12]}",
             "commits": [push_commit(state, repo, c) for c in commits],
-            "head_commit": head_commit(state, repo, repo.commits[after]),
+            "head_commit": push_commit(state, repo, repo.commits[after]),
             "pusher": {"name": actor.login, "email": f"{actor.login}@users.noreply.sandbox"},
         },
         repo=repo,

@@ -15,8 +15,8 @@ from ghapp.sandbox.events import emit
 from ghapp.sandbox.model import Issue, Pull, Repo, Review
 from ghapp.sandbox.ops_git import move_branch
 from ghapp.sandbox.ops_issues import add_labels, issue_event, set_state
-from ghapp.sandbox.render_pulls import pull_request
 from ghapp.sandbox.render_pulls import review as render_review
+from ghapp.sandbox.render_pulls import simple_pull_request
 from ghapp.sandbox.state import Actor, State
 
 NOT_MERGEABLE = "Pull Request is not mergeable"
@@ -186,7 +186,7 @@ def create_review(
                 {
                     "action": "submitted",
                     "review": review_json,
-                    "pull_request": pull_request(state, repo, pull),
+                    "pull_request": simple_pull_request(state, repo, pull),
                 },
                 repo=repo,
                 actor=actor,

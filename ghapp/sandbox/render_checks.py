@@ -53,7 +53,6 @@ def commit(state: State, repo: Repo, found: Commit) -> Json:
                 "reason": "unsigned",
                 "signature": None,
                 "payload": None,
-                "verified_at": None,
             },
         },
         "url": f"{api}/commits/{found.sha}",
@@ -247,7 +246,7 @@ def deployment_status(
     state: State, repo: Repo, found: Deployment, status: DeploymentStatus
 ) -> Json:
     api = f"{state.base_url}/repos/{repo.full_name}/deployments/{found.id}"
-    return {
+    data: Json = {
         "url": f"{api}/statuses/{status.id}",
         "id": status.id,
         "node_id": node_id("DES", status.id),
@@ -264,6 +263,12 @@ def deployment_status(
         "repository_url": f"{state.base_url}/repos/{repo.full_name}",
         "performed_via_github_app": app_or_none(state, status.app_id),
     }
+    # An empty URL matches two branches of the webhook schema's oneOf; GitHub's own
+    # empty values are a known quirk there, so leave empty optional URLs out.
+    for key in ("environment_url", "log_url"):
+        if not data[key]:
+            del data[key]
+    return data
 
 
 def release(state: State, repo: Repo, found: Release) -> Json:
@@ -287,5 +292,5 @@ def release(state: State, repo: Repo, found: Release) -> Json:
         "assets": [],
         "tarball_url": f"{state.base_url}/repos/{repo.full_name}/tarball/{found.tag_name}",
         "zipball_url": f"{state.base_url}/repos/{repo.full_name}/zipball/{found.tag_name}",
-        "body": found.body,
+        "body": found.body or "",
     }

@@ -109,6 +109,30 @@ def pull_request(state: State, repo: Repo, pull: Pull) -> Json:
     }
 
 
+FULL_ONLY = (
+    "additions",
+    "changed_files",
+    "comments",
+    "commits",
+    "deletions",
+    "maintainer_can_modify",
+    "mergeable",
+    "mergeable_state",
+    "merged",
+    "merged_by",
+    "rebaseable",
+    "review_comments",
+)
+
+
+def simple_pull_request(state: State, repo: Repo, pull: Pull) -> Json:
+    """The shorter pull request that review events carry."""
+    data = pull_request(state, repo, pull)
+    for key in FULL_ONLY:
+        del data[key]
+    return data
+
+
 def pull_minimal(state: State, repo: Repo, pull: Pull) -> Json:
     """The short form check runs and check suites carry."""
     base_sha = repo.branches.get(pull.base_ref, pull.head_sha)

@@ -29,6 +29,7 @@ the Starlette app (REST API + ``/_sandbox/`` control routes) without starting an
 
 from __future__ import annotations
 
+import itertools
 import os
 import socket
 import tempfile
@@ -61,6 +62,11 @@ from ghapp.sandbox.state import State, utc_now
 from ghapp.sandbox.webhooks import WebhookSender
 from ghapp.sandbox.world import World
 
+# Each sandbox in a process numbers its objects from a different base, so that clients
+# which cache JWTs and tokens per App id or installation id (githubkit does, process-wide)
+# never mix up two sandboxes.
+_INSTANCES = itertools.count()
+
 
 class Sandbox:
     """The whole sandbox GitHub, in memory, not yet serving."""
@@ -75,6 +81,7 @@ class Sandbox:
         fault_seed: int | None = None,
     ) -> None:
         self.state = State(clock=clock, base_url=base_url)
+        self.state.first_ids(1000 + 100_000 * next(_INSTANCES))
         seeded = seed(self.state, app_url=app_url)
         self.app = seeded.app
         self.ci_app = seeded.ci_app

@@ -65,6 +65,11 @@ class State:
     def now(self) -> datetime:
         return self.clock().astimezone(UTC).replace(microsecond=0)
 
+    def first_ids(self, base: int) -> None:
+        """Numbers the objects made from now on from ``base`` up."""
+        with self.lock:
+            self._next_id = base
+
     def new_id(self) -> int:
         with self.lock:
             self._next_id += 1
