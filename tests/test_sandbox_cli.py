@@ -1,0 +1,88 @@
+"""``autoloop sandbox`` as a real subprocess: fast start, one JSON line, clean stop."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import jwt
+
+
+def test_autoloop_sandbox_starts_fast_and_prints_one_json_line(tmp_path: Path) -> None:
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ghapp.cli", "sandbox", "--key-dir", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        elapsed = time.monotonic() - started
+        info = json.loads(line)
+        print(f"autoloop sandbox printed its JSON line after {elapsed:.2f} s")
+        assert elapsed < 2.0
+        assert set(info) >= {
+            "api_url",
+            "app_id",
+            "private_key",
+            "webhook_secret",
+            "installation_id",
+            "repo",
+        }
+        assert info["repo"] == "sandbox/demo"
+        key = Path(info["private_key"])
+        assert stat.S_IMODE(key.stat().st_mode) == 0o600
+        now = int(time.time())
+        token = jwt.encode(
+            {"iat": now - 60, "exp": now + 540, "iss": str(info["app_id"])},
+            key.read_text(),
+            algorithm="RS256",
+        )
+        answer = httpx.get(
+            f"{info['api_url']}/app", headers={"Authorization": f"Bearer {token}"}, timeout=5
+        )
+        assert answer.status_code == 200 and answer.json()["id"] == info["app_id"]
+        live = httpx.get(f"{info['api_url']}/_sandbox/live/sandbox/demo", timeout=5)
+        assert live.status_code == 200 and len(live.json()["sha"]) == 40
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=15)
+    assert proc.returncode == 0, err
+    assert out == ""
+
+
+def test_a_busy_port_is_a_clear_error(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "ghapp.cli",
+                "sandbox",
+                "--port",
+                str(port),
+                "--key-dir",
+                str(tmp_path),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env={**os.environ},
+            check=False,
+        )
+    assert done.returncode == 1
+    assert "choose another --port" in done.stderr
