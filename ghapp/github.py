@@ -374,6 +374,12 @@ class GitHubClient:
 
         return self._pages(fetch, key)
 
+    # ----------------------------------------------------------------------- repository
+
+    def get_repo(self, repo: str) -> JSON:
+        """The repository (``default_branch``, ``full_name``, ...)."""
+        return _as_dict(self._repo("GET", repo, ""))
+
     # ----------------------------------------------------------------------- issues
 
     def get_issue(self, repo: str, number: int) -> JSON:
@@ -455,6 +461,9 @@ class GitHubClient:
         if base:
             params["base"] = base
         return self._repo_pages(repo, "/pulls", params)
+
+    def list_reviews(self, repo: str, number: int) -> list[JSON]:
+        return self._repo_pages(repo, f"/pulls/{int(number)}/reviews")
 
     def create_review(
         self,

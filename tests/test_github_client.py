@@ -461,3 +461,15 @@ def test_client_from_settings(fake: FakeGitHub) -> None:
     gh = GitHubClient.from_settings(settings, transport=httpx.MockTransport(fake.handle))
     assert gh.get_app() == {"id": APP_ID}
     assert str(fake.requests[0].url) == f"{BASE}/app"
+
+
+def test_repository_and_reviews_are_read(fake: FakeGitHub) -> None:
+    fake.on("GET", "/repos/acme/web", httpx.Response(200, json={"default_branch": "trunk"}))
+    fake.on(
+        "GET",
+        "/repos/acme/web/pulls/2/reviews",
+        httpx.Response(200, json=[{"id": 1, "state": "APPROVED"}]),
+    )
+    gh = client_for(fake)
+    assert gh.get_repo("acme/web")["default_branch"] == "trunk"
+    assert [r["state"] for r in gh.list_reviews("acme/web", 2)] == ["APPROVED"]

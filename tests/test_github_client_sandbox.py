@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from ghapp import retry
-from ghapp.github import AmbiguousWrite, GitHubClient
+from ghapp.github import AmbiguousWrite, Conflict, GitHubClient
 from ghapp.sandbox.server import SandboxHandle, running_sandbox
 from ghapp.sansio import parse_webhook_headers, verify_signature
 from ghapp.settings import Settings
@@ -56,6 +56,7 @@ def test_the_app_authenticates_and_comments_labels_and_closes(
     sandbox: SandboxHandle, waits: list[float], gh: GitHubClient
 ) -> None:
     assert gh.get_app()["id"] == sandbox.app_id
+    assert gh.get_repo(sandbox.repo)["default_branch"] == "main"
     number = sandbox.world.open_issue("reader", "Crash on start", body="it crashes")
     issue = gh.get_issue(sandbox.repo, number)
     assert (issue["title"], issue["user"]["login"]) == ("Crash on start", "reader")
@@ -201,3 +202,52 @@ def test_sandbox_webhooks_verify_and_translate_and_the_apps_own_are_dropped(
 
     deliveries = gh.list_webhook_deliveries(since=time.time() - 600)
     assert {d.get("event") for d in deliveries} >= {"issues", "issue_comment"}
+
+
+def test_a_pull_request_is_checked_merged_once_and_its_deployment_seen(
+    sandbox: SandboxHandle, waits: list[float], gh: GitHubClient
+) -> None:
+    world = sandbox.world
+    world.set_ci({"ci": "success"})
+    world.set_deploy()
+    try:
+        number = world.open_pr("contributor", "fix-merge", "Fix", files={"fix.py": "ok = 1\n"})
+        assert world.settle()
+        head = gh.get_pull(sandbox.repo, number)["head"]["sha"]
+        runs = gh.list_check_runs_for_ref(sandbox.repo, head)
+        assert [(r["name"], r["conclusion"]) for r in runs] == [("ci", "success")]
+
+        run = gh.create_check_run(
+            sandbox.repo, name="autoloop/deliver", head_sha=head, status="in_progress"
+        )
+        done = gh.update_check_run(
+            sandbox.repo, run["id"], status="completed", conclusion="success"
+        )
+        assert done["conclusion"] == "success"
+        assert gh.get_required_status_checks(sandbox.repo, "main") is None
+        world.approve("maintainer", number)
+        gh.create_review(sandbox.repo, number, event="COMMENT", body="Checks are green.")
+        reviews = [(r["user"]["login"], r["state"]) for r in gh.list_reviews(sandbox.repo, number)]
+        assert reviews[0] == ("maintainer", "APPROVED")
+        assert reviews[1][1] == "COMMENTED"
+
+        with pytest.raises(Conflict):  # the head-SHA guard
+            gh.merge_pull(sandbox.repo, number, sha="0" * 40)
+        world.faults.add("response_lost", method="PUT", path=f"*/pulls/{number}/merge")
+        with pytest.raises(AmbiguousWrite):
+            gh.merge_pull(sandbox.repo, number, sha=head)
+        pull = gh.get_pull(sandbox.repo, number)  # reconcile by reading back
+        assert pull["merged"] is True
+        merges = world.audit.entries(method="PUT", path_contains=f"/pulls/{number}/merge")
+        assert len(merges) == 1
+
+        assert world.settle()
+        deployments = gh.list_deployments(sandbox.repo, sha=pull["merge_commit_sha"])
+        assert [d["environment"] for d in deployments] == ["production"]
+        states = [
+            s["state"] for s in gh.list_deployment_statuses(sandbox.repo, deployments[0]["id"])
+        ]
+        assert states[0] == "success"  # newest first
+    finally:
+        world.set_ci(None)
+        world.set_deploy(enabled=False)

@@ -20,6 +20,7 @@ prompt). ``R`` is ``owner/repo``.
 | issue_comment | ``issue_comment.<action>`` | ``R#<number>`` | comment |
 | pull_request | ``pull_request.<action>`` | ``R#<number>`` | pull request |
 | pull_request_review | ``pull_request_review.<action>`` | ``R#<number>`` | review |
+| pull_request_review_comment | ``pull_request_review_comment.<action>`` | ``R#<n>`` | comment |
 | check_run | ``check_run.<action>`` | ``R#<n>`` per listed PR, else ``R@<head_sha>`` | check run |
 | check_suite | ``check_suite.<action>`` | ``R#<n>`` per listed PR, else ``R@<head_sha>`` | commit |
 | workflow_run | ``workflow_run.<action>`` | ``R#<n>`` per listed PR, else ``R@<head_sha>`` | run |
@@ -32,7 +33,8 @@ prompt). ``R`` is ``owner/repo``.
 | installation | ``installation.<action>`` | the account login | installation |
 | installation_repositories | ``installation_repositories.<action>`` | account | installation |
 | ping | ``ping`` | ``R``, else the organization, else ``hook/<id>`` | (none) |
-| other | ``<event>.<action>`` or ``<event>`` | ``R``, else org or account, else ``github`` | |
+| other | ``<event>.<action>`` or ``<event>`` | ``R#<n>`` if it carries an issue or PR, | |
+| | | else ``R``, else org or account, else ``github`` | |
 
 ``status`` and ``deployment_status`` carry no useful action (GitHub sends none, or
 always ``created``), so their type names the state instead: a rule can listen to
@@ -584,12 +586,38 @@ def _ping(event: str, p: Payload) -> list[_Draft]:
     return [_Draft(event, subject, _summary("ping from GitHub"), "", d)]
 
 
+def _pull_request_review_comment(event: str, p: Payload) -> list[_Draft]:
+    pr, comment = _m(p.get("pull_request")), _m(p.get("comment"))
+    d = {**_common(event, p), **_pull_fields(pr)}
+    d.update(
+        comment_id=_i(comment.get("id")),
+        comment_body=_text(comment.get("body")),
+        comment_user=_login(comment.get("user")),
+        comment_author_association=_s(comment.get("author_association")),
+        path=_s(comment.get("path")),
+        line=_i(comment.get("line")),
+        review_commit_id=_s(comment.get("commit_id")),
+    )
+    number = d["number"]
+    summary = _summary(
+        d["comment_user"] or d["sender"],
+        f"{d['action'] or 'wrote'} a review comment on #{number}:",
+        _first_line(d["comment_body"]),
+    )
+    link = _s(comment.get("html_url")) or _s(pr.get("html_url")) or ""
+    return [_Draft(_type(event, p.get("action")), _numbered(p, number), summary, link, d)]
+
+
 def _generic(event: str, p: Payload) -> list[_Draft]:
+    """Any other event: about the issue or pull request it carries, else the repo."""
     d = _common(event, p)
     thing = _m(p.get(event))
+    number = _i(_m(p.get("pull_request")).get("number")) or _i(_m(p.get("issue")).get("number"))
+    d["number"] = number
     link = _s(thing.get("html_url")) or _s(_m(p.get("repository")).get("html_url")) or ""
     summary = _summary(event.replace("_", " "), d["action"])
-    return [_Draft(_type(event, p.get("action")), _owner_subject(p), summary, link, d)]
+    subject = _numbered(p, number) if number is not None else _owner_subject(p)
+    return [_Draft(_type(event, p.get("action")), subject, summary, link, d)]
 
 
 _HANDLERS: dict[str, Callable[[str, Payload], list[_Draft]]] = {
@@ -605,6 +633,7 @@ _HANDLERS: dict[str, Callable[[str, Payload], list[_Draft]]] = {
     "ping": _ping,
     "pull_request": _pull_request,
     "pull_request_review": _pull_request_review,
+    "pull_request_review_comment": _pull_request_review_comment,
     "push": _push,
     "release": _release,
     "status": _status,
