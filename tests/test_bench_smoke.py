@@ -34,6 +34,11 @@ def test_ledger_bench_reports_append_rates_and_the_backlog_burst(tmp_path: Path)
             "ledger_eps",
             "raw_eps",
             "ratio",
+            "ledger_p50_us",
+            "ledger_p99_us",
+            "raw_p50_us",
+            "ledger_cpu_us",
+            "raw_cpu_us",
             "backlog_eps",
             "fresh_eps",
             "backlog_ratio",
@@ -53,11 +58,11 @@ def test_ledger_bench_inserts_exactly_the_rows_the_ledger_stored(tmp_path: Path)
     rules = ledger.bench_rules()
     events = ledger.events_for("ev", 5, [1, 2])
     rows = ledger.expected_rows(events, rules)
-    assert [r[1] for r in rows] == ["EventRecorded"] * 5
-    assert len({r[3] for r in rows}) == 5  # one unique key per event
-    ledger.ledger_sqlite(tmp_path, events, rules, rows)  # raises if the rows differ
+    assert [[r[1] for r in per] for per in rows] == [["EventRecorded"]] * 5
+    assert len({per[0][3] for per in rows}) == 5  # one unique key per event
+    ledger.round_sqlite(tmp_path, events, rules, rows)  # raises if the rows differ
     with pytest.raises(RuntimeError, match="other rows"):
-        ledger.ledger_sqlite(tmp_path / "again", events, rules, rows[:-1])
+        ledger.round_sqlite(tmp_path / "again", events, rules, [*rows[:-1], []])
 
 
 def test_decision_bench_reports_percentiles_for_each_input_and_the_baseline() -> None:
