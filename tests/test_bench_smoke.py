@@ -26,7 +26,14 @@ def assert_measured(figures: dict[str, float], keys: set[str]) -> None:
 def test_ledger_bench_reports_append_rates_and_the_backlog_burst(tmp_path: Path) -> None:
     lines: list[str] = []
     figures = ledger.run(
-        events=12, rounds=2, backlog=6, burst=4, subjects=3, folder=tmp_path, out=lines.append
+        events=12,
+        rounds=2,
+        backlog=6,
+        burst=4,
+        subjects=3,
+        group=4,
+        folder=tmp_path,
+        out=lines.append,
     )
     assert_measured(
         figures,
@@ -39,6 +46,9 @@ def test_ledger_bench_reports_append_rates_and_the_backlog_burst(tmp_path: Path)
             "raw_p50_us",
             "ledger_cpu_us",
             "raw_cpu_us",
+            "group_ledger_eps",
+            "group_raw_eps",
+            "group_ratio",
             "backlog_eps",
             "fresh_eps",
             "backlog_ratio",
@@ -54,15 +64,20 @@ def test_ledger_bench_reports_append_rates_and_the_backlog_burst(tmp_path: Path)
     assert list(tmp_path.iterdir()) == [], "the bench leaves its temporary files behind"
 
 
-def test_ledger_bench_inserts_exactly_the_rows_the_ledger_stored(tmp_path: Path) -> None:
+@pytest.mark.parametrize("group", [1, 3])
+def test_ledger_bench_inserts_exactly_the_rows_the_ledger_stored(
+    tmp_path: Path, group: int
+) -> None:
     rules = ledger.bench_rules()
     events = ledger.events_for("ev", 5, [1, 2])
-    rows = ledger.expected_rows(events, rules)
+    rows = ledger.expected_rows(events, rules, group)
     assert [[r[1] for r in per] for per in rows] == [["EventRecorded"]] * 5
     assert len({per[0][3] for per in rows}) == 5  # one unique key per event
-    ledger.round_sqlite(tmp_path, events, rules, rows)  # raises if the rows differ
+    led, raw = ledger.round_sqlite(tmp_path, events, rules, rows, group)  # checks the rows
+    assert led.events == raw.events == 5
+    assert len(led.wall) == len(raw.wall) == -(-5 // group)  # one commit per group
     with pytest.raises(RuntimeError, match="other rows"):
-        ledger.round_sqlite(tmp_path / "again", events, rules, [*rows[:-1], []])
+        ledger.round_sqlite(tmp_path / "again", events, rules, [*rows[:-1], []], group)
 
 
 def test_decision_bench_reports_percentiles_for_each_input_and_the_baseline() -> None:
