@@ -266,7 +266,18 @@ class GitHubClient:
         return self._installs.get(repo)
 
     def _lookup_installation(self, repo: str) -> int:
-        data = _as_dict(self._call("GET", f"{_repo_path(repo)}/installation", self._app_auth))
+        url = f"{_repo_path(repo)}/installation"
+        try:
+            data = _as_dict(self._call("GET", url, self._app_auth))
+        except NotFound as exc:
+            raise NotFound(
+                f"the GitHub App is not installed on {repo} (or there is no such repository): "
+                "install the App on it",
+                status=404,
+                documentation_url=exc.documentation_url,
+                method="GET",
+                url=url,
+            ) from exc
         installation_id = data.get("id")
         if not isinstance(installation_id, int):
             raise GitHubError(

@@ -10,7 +10,8 @@
 | ``AUTOLOOP_GITHUB_URL`` | ``github_url`` | REST API base URL | ``https://api.github.com`` |
 
 A value set in the environment wins over the same key in the file (the file holds
-the defaults of a deployment, the environment overrides them for one process).
+the defaults of a deployment, the environment overrides them for one process); an
+empty environment value counts as unset.
 Nothing is checked until it is needed: :meth:`Settings.require_github` checks the
 GitHub part and raises :class:`SettingsError`, whose text is one line that names
 the setting and says what to do.

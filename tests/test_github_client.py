@@ -473,3 +473,10 @@ def test_repository_and_reviews_are_read(fake: FakeGitHub) -> None:
     gh = client_for(fake)
     assert gh.get_repo("acme/web")["default_branch"] == "trunk"
     assert [r["state"] for r in gh.list_reviews("acme/web", 2)] == ["APPROVED"]
+
+
+def test_a_repository_without_the_app_says_to_install_it(fake: FakeGitHub) -> None:
+    with pytest.raises(NotFound, match=r"not installed on acme/other .*install the App") as info:
+        client_for(fake).get_issue("acme/other", 1)
+    assert info.value.status == 404
+    assert not fake.seen("GET", "/api/v3/repos/acme/other/issues/1")

@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import httpx
 import pytest
 
 from ghapp import retry
@@ -72,6 +73,55 @@ def test_the_app_authenticates_and_comments_labels_and_closes(
     assert gh.remove_label(sandbox.repo, number, "bug") is False
     assert gh.set_issue_state(sandbox.repo, number, "closed")["state"] == "closed"
     assert gh.get_issue(sandbox.repo, number)["labels"] == []
+
+
+class Counting(httpx.BaseTransport):
+    """A real HTTP transport that remembers the paths it sent."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.HTTPTransport()
+        self.sent: list[tuple[str, str]] = []
+        self.lock = threading.Lock()
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        with self.lock:
+            self.sent.append((request.method, request.url.path))
+        return self.inner.handle_request(request)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def test_threads_share_one_client_and_make_one_token_exchange(sandbox: SandboxHandle) -> None:
+    counting = Counting()
+    number = sandbox.world.open_issue("reader", "Many readers")
+    results: list[int] = []
+    errors: list[BaseException] = []
+    with GitHubClient(
+        app_id=sandbox.app_id,
+        private_key=sandbox.private_key_pem,
+        base_url=sandbox.api_url,
+        transport=counting,
+    ) as shared:
+
+        def read() -> None:
+            try:
+                for _ in range(10):
+                    results.append(shared.get_issue(sandbox.repo, number)["number"])
+            except BaseException as exc:  # reported by the assertion below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=read) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+    assert errors == []
+    assert results == [number] * 80
+    exchanges = [p for m, p in counting.sent if m == "POST" and p.endswith("/access_tokens")]
+    assert len(exchanges) == 1
+    assert len([p for _, p in counting.sent if p.endswith("/installation")]) == 1
+    assert len(counting.sent) == 82
 
 
 def test_collaborator_permissions_are_read_live(
