@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -89,6 +90,13 @@ class Executor(Protocol):
     def perform(self, action: Action) -> Mapping[str, Any]: ...
 
 
+class ActionFailed(Exception):
+    """Raised by an executor when trying again cannot help (bad parameters, a refusal):
+    the action is recorded failed with this message. Any other exception leaves it
+    'allowed' for the next sweep; ``action.attempts > 0`` then tells the executor that an
+    earlier attempt may have been applied, so it reads back before writing."""
+
+
 @dataclass
 class DrainReport:
     turns: list[str] = field(default_factory=list)
@@ -122,6 +130,8 @@ class Hub:
         self.redact = redact
         self.on_card = on_card
         self.on_turn = on_turn
+        self._performing: set[str] = set()  # actions being performed by this process now
+        self._performing_lock = threading.Lock()
 
     # -- inputs ---------------------------------------------------------------------------
 
@@ -245,11 +255,18 @@ class Hub:
     # -- effects --------------------------------------------------------------------------
 
     def _after(self, out: Outcome) -> None:
+        sent: set[str] = set()
         for eff in out.decision.effects:
             if isinstance(eff, k.SendCard):
                 self.deliver_card(eff.card)
+                sent.add(eff.card)
             elif isinstance(eff, k.PerformAction):
                 self.perform(eff.action)
+        # A card the decision changed without a SendCard (a receipt's "resolve" bumps its
+        # version) is shown again too, now rather than at the next sweep.
+        for kind, rid in sorted(out.decision.touched):
+            if kind == "card" and rid not in sent:
+                self.deliver_card(rid, announce=False)
 
     def channels_for(self, card: Card) -> list[str]:
         rules = self.rules()
@@ -262,13 +279,13 @@ class Hub:
             names = list(rule.notify) if rule else []
         return [n for n in names if n in self.channels]
 
-    def deliver_card(self, card_id: str) -> None:
+    def deliver_card(self, card_id: str, *, announce: bool = True) -> None:
         with self.store.read() as tx:
             card = tx.get("card", card_id)
             matter = tx.get("matter", card.matter) if isinstance(card, Card) else None
         if not isinstance(card, Card):
             return
-        if self.on_card is not None:
+        if announce and self.on_card is not None:
             self.on_card(card)
         for name in self.channels_for(card):
             prev = card.delivered.get(name) or {}
@@ -297,6 +314,22 @@ class Hub:
                 self.deliver_card(c.id)
 
     def perform(self, action_id: str) -> None:
+        """Perform one allowed action; the ledger records each attempt before it is made.
+
+        A turn's thread and a sweep may reach the same action at once: only one of them
+        performs it in this process, and the other returns (the state is re-read after).
+        """
+        with self._performing_lock:
+            if action_id in self._performing:
+                return
+            self._performing.add(action_id)
+        try:
+            self._perform(action_id)
+        finally:
+            with self._performing_lock:
+                self._performing.discard(action_id)
+
+    def _perform(self, action_id: str) -> None:
         with self.store.read() as tx:
             action = tx.get("action", action_id)
         if not isinstance(action, Action) or action.status != "allowed":
@@ -315,6 +348,11 @@ class Hub:
         self.ledger.decide(k.ActionTried(action=action.id))
         try:
             result = executor.perform(action)
+        except ActionFailed as exc:
+            self.ledger.decide(
+                k.ActionDone(action=action.id, ok=False, error=self.redact(str(exc)))
+            )
+            return
         except Exception as exc:
             self.ledger.decide(k.ActionTried(action=action.id, error=self.redact(str(exc))))
             return
