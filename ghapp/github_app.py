@@ -2,7 +2,15 @@
 
 ``attach(server, hub, settings, links=...)`` is called by ``autoloop serve`` when the
 GitHub settings are given. It learns the App's identity (so its own doings are not
-fed back to it) and returns the background parts to start and stop.
+fed back to it, and so what it wrote can be found again by author), then wires:
+
+- every channel of ``rules.json`` with ``"use": "github-comment"``
+  (:mod:`ghapp.github_channel`; card links only where the channel says ``"links": true``);
+- the ``github`` executor for receipt actions (:mod:`ghapp.github_executor`);
+- ``/answer CARD N`` comments (:mod:`ghapp.github_answers`), fed by ``server.on_comment``;
+- the sweeper for missed deliveries, labelled PRs and the outbox (:mod:`ghapp.sweeper`).
+
+It returns the background parts (``start()``/``stop()``) for the caller to run.
 """
 
 from __future__ import annotations
@@ -11,13 +19,27 @@ from typing import Any
 
 from ghapp.app import Server
 from ghapp.github import GitHubClient
+from ghapp.github_answers import AnswerDesk
+from ghapp.github_channel import GitHubCommentChannel
+from ghapp.github_executor import GitHubExecutor
 from ghapp.hub import Hub
 from ghapp.links import CardLinks
 from ghapp.settings import GitHubSettings
+from ghapp.sweeper import Sweeper
+
+__all__ = ["attach"]
+
+CHANNEL_ADAPTER = "github-comment"
 
 
 def attach(
-    server: Server, hub: Hub, settings: GitHubSettings, *, links: CardLinks | None = None
+    server: Server,
+    hub: Hub,
+    settings: GitHubSettings,
+    *,
+    links: CardLinks | None = None,
+    sweep_every_s: float = 300.0,
+    outbox_every_s: float = 30.0,
 ) -> list[Any]:
     client = GitHubClient.from_settings(settings)
     app = client.get_app()
@@ -25,4 +47,19 @@ def attach(
     server.app_slug = slug if isinstance(slug, str) else None
     app_id = app.get("id")
     server.app_id = app_id if isinstance(app_id, int) else settings.app_id
-    return []
+    if not server.app_slug:
+        raise RuntimeError("GET /app answered without a slug: check AUTOLOOP_GITHUB_URL")
+    bot_login = f"{server.app_slug}[bot]"
+
+    channels: dict[str, GitHubCommentChannel] = {}
+    for name, spec in hub.rules().channels.items():
+        if spec.use == CHANNEL_ADAPTER:
+            channels[name] = GitHubCommentChannel(
+                client, bot_login, links=links if spec.links else None
+            )
+    hub.channels.update(channels)
+    hub.executors["github"] = GitHubExecutor(client, bot_login)
+    answers = AnswerDesk(hub, client, bot_login, wake=server.wake, every_s=sweep_every_s)
+    server.on_comment = answers.submit
+    sweeper = Sweeper(client, hub, every_s=sweep_every_s, outbox_every_s=outbox_every_s)
+    return [answers, sweeper]
