@@ -42,7 +42,11 @@ def attach(
     outbox_every_s: float = 30.0,
 ) -> list[Any]:
     client = GitHubClient.from_settings(settings)
-    app = client.get_app()
+    try:
+        app = client.get_app()
+    except Exception:
+        client.close()
+        raise
     slug = app.get("slug")
     server.app_slug = slug if isinstance(slug, str) else None
     app_id = app.get("id")
@@ -62,4 +66,17 @@ def attach(
     answers = AnswerDesk(hub, client, bot_login, wake=server.wake, every_s=sweep_every_s)
     server.on_comment = answers.submit
     sweeper = Sweeper(client, hub, every_s=sweep_every_s, outbox_every_s=outbox_every_s)
-    return [answers, sweeper]
+    return [answers, sweeper, _Closing(client)]
+
+
+class _Closing:
+    """Last of the background parts: closes the client's pooled connections on stop."""
+
+    def __init__(self, client: GitHubClient) -> None:
+        self.client = client
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        self.client.close()

@@ -101,8 +101,9 @@ def rig(tmp_path: Path, rules_doc: dict[str, Any] | None = None) -> Iterator[Rig
             ) as live:
                 gh.world.set_app_url(live.url + "/github/webhook")
                 gh.world.set_collaborator("maintainer", "maintain")
-                reader = GitHubClient.from_settings(Settings.from_env(env).require_github())
-                yield Rig(gh, live, reader)
+                settings = Settings.from_env(env).require_github()
+                with GitHubClient.from_settings(settings) as reader:
+                    yield Rig(gh, live, reader)
     finally:
         retry.set_testing(False)
 
