@@ -310,8 +310,7 @@ class GitHubExecutor:
     # -- pull requests -----------------------------------------------------------------
 
     def _reviews(self, t: Target) -> list[JSON]:
-        # The client has no list_reviews yet; this uses its paginated repository read.
-        return self.client._repo_pages(t.repo, f"/pulls/{t.number}/reviews")
+        return self.client.list_reviews(t.repo, t.number)
 
     def _review(self, action: Action, t: Target, retry: bool) -> JSON:
         event = action.params.get("event")
