@@ -13,13 +13,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import importlib.util
 import os
 import platform
+import runpy
 import sqlite3
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from types import ModuleType
 from typing import Any
 
 OWN = ("decision", "ledger")
@@ -44,15 +45,22 @@ def machine_facts() -> str:
     )
 
 
-def load(name: str) -> ModuleType | None:
-    """Import ``bench.<name>`` lazily; None (with a note) when that bench is not there."""
-    try:
-        return importlib.import_module(f"bench.{name}")
-    except ModuleNotFoundError as exc:
-        if exc.name != f"bench.{name}":
-            raise  # the bench exists but something it imports is missing: a real error
+def present(name: str) -> bool:
+    """Whether ``bench/<name>.py`` is in this checkout (found without importing it)."""
+    if importlib.util.find_spec(f"bench.{name}") is None:
         print(f"-- {name}: skipped, bench/{name}.py is not in this checkout")
-        return None
+        return False
+    return True
+
+
+def run_script(name: str, argv: list[str]) -> int:
+    """Run ``bench/<name>.py`` as ``python -m bench.<name> ARGV`` would, in this process."""
+    with argv_of(argv):
+        try:
+            runpy.run_module(f"bench.{name}", run_name="__main__", alter_sys=True)
+        except SystemExit as exc:
+            return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return 0
 
 
 @contextlib.contextmanager
@@ -84,12 +92,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     table: list[tuple[str, str, str]] = []
     for name in names:
         print(f"\n== {name}")
-        module = load(name)
-        if module is None:
+        if not present(name):
             table.append((name, "skipped", "not in this checkout"))
             continue
         began = time.perf_counter_ns()
         if name in OWN:
+            module = importlib.import_module(f"bench.{name}")
             sizes: dict[str, Any] = dict(QUICK[name]) if args.quick else {}
             if name == "ledger":
                 sizes["pg"] = args.pg
@@ -97,9 +105,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             table.extend(module.summarize(figures))
         else:
             full, quick = OTHERS[name]
-            with argv_of(quick if args.quick else full):
-                code = module.main()
-            status = "ran" if code in (0, None) else f"exit {code}"
+            code = run_script(name, quick if args.quick else full)
+            status = "ran" if code == 0 else f"exit {code}"
             table.append((name, status, "figures printed above"))
         print(f"-- {name}: {(time.perf_counter_ns() - began) / 1e9:.1f} s")
 

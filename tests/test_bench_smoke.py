@@ -118,3 +118,22 @@ def test_bench_runner_refuses_an_unknown_bench_name(capsys: pytest.CaptureFixtur
         runner.main(["--only", "nope"])
     assert exc.value.code == 2
     assert "unknown bench nope" in capsys.readouterr().err
+
+
+def test_bench_runner_runs_a_script_bench_with_only_its_own_arguments(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert runner.main(["--quick", "--only", "agent_spawn"]) == 0
+    out = capsys.readouterr().out
+    assert "(5 runs each)" in out  # the --quick arguments reached the script, not ours
+    assert "agent_spawn  ran" in out.split("\nsummary ", 1)[1]
+
+
+def test_bench_runner_skips_a_bench_that_is_not_in_the_checkout(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(runner.OTHERS, "not_here", ([], []))
+    assert runner.main(["--only", "not_here"]) == 0
+    out = capsys.readouterr().out
+    assert "not_here: skipped, bench/not_here.py is not in this checkout" in out
+    assert "not_here  skipped" in out.split("\nsummary ", 1)[1]
