@@ -34,6 +34,7 @@ from kernel.records import Card, EventRow, Matter, Timer, Turn
 EXTERNAL: dict[str, str] = {
     "sandbox": "ghapp.sandbox.cli:main",
     "serve": "ghapp.serve:main",
+    "demo": "ghapp.demo:main",
     "work": "ghapp.worker:main",
 }
 
@@ -251,21 +252,22 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_why(args: argparse.Namespace) -> int:
-    ctx = Context.open()
-    with ctx.store.read() as tx:
-        turn = tx.get("turn", args.turn)
+def why_trail(store: Any, turn_id: str) -> dict[str, Any] | None:
+    """The trail of one turn as data: rules version, events, claim, agent, receipt, cards."""
+    with store.read() as tx:
+        turn = tx.get("turn", turn_id)
         if not isinstance(turn, Turn):
-            return _die(1, f"no turn {args.turn!r}; 'autoloop status' lists turns")
+            return None
         events = [tx.get("event", f"{s:012d}") for s in turn.events]
         cards = [tx.get("card", c) for c in turn.cards]
         actions = [tx.get("action", a) for a in turn.actions]
-    trail: dict[str, Any] = {
+    return {
         "turn": turn.id,
         "kind": turn.kind_,
         "rule": turn.rule,
         "rules_version": turn.rules_version,
         "matter": turn.matter,
+        "hops": turn.hops,
         "events": [
             {
                 "seq": e.seq,
@@ -297,25 +299,49 @@ def cmd_why(args: argparse.Namespace) -> int:
         "refused_receipts": list(turn.refused),
         "ended_at": turn.ended_at,
     }
+
+
+def why_lines(store: Any, turn_id: str) -> list[str]:
+    t = why_trail(store, turn_id)
+    if t is None:
+        return [f"no turn {turn_id!r}"]
+    claim = t["claim"]
+    out = [
+        f"turn {t['turn']} ({t['kind']}) under rules version {t['rules_version']}",
+        f"  rule {t['rule']}, matter {t['matter']}, hops {t['hops']}",
+    ]
+    for e in t["events"]:
+        out.append(
+            f"  event {e['seq']}: {e['source']} {e['type']} {e['subject']} (hops {e['hops']})"
+        )
+    out.append(
+        f"  claimed by worker {claim['worker']} at {claim['started_at']} (fence {claim['fence']})"
+    )
+    out.append(f"  agent {t['agent']}, session {t['session']}, resume {t['resume'] or '-'}")
+    out.append(f"  agent's own session: {t['agent_session'] or '-'}")
+    if t["receipt"]:
+        out.append(f"  receipt: {json.dumps(t['receipt'], sort_keys=True)[:400]}")
+    for c in t["cards"]:
+        out.append(f"  card {c['id']} [{c['kind']}] {c['title']!r}: {c['state']}")
+    for a in t["actions"]:
+        out.append(f"  action {a['id']} {a['do']}: {a['status']}")
+    for r in t["refused_receipts"]:
+        out.append(f"  refused receipt: {r}")
+    err = f": {t['error']}" if t["error"] else ""
+    out.append(f"  outcome: {t['outcome']}{err}")
+    return out
+
+
+def cmd_why(args: argparse.Namespace) -> int:
+    ctx = Context.open()
+    trail = why_trail(ctx.store, args.turn)
+    if trail is None:
+        return _die(1, f"no turn {args.turn!r}; 'autoloop status' lists turns")
     if args.json:
         _print_json(trail)
         return 0
-    print(f"turn {turn.id} ({turn.kind_}) under rules {turn.rules_version}")
-    print(f"  rule {turn.rule}, matter {turn.matter}, hops {turn.hops}")
-    for e in trail["events"]:
-        print(f"  event {e['seq']}: {e['source']} {e['type']} {e['subject']} (hops {e['hops']})")
-    print(f"  claimed by worker {turn.worker} at {turn.started_at} (fence {turn.fence})")
-    print(f"  agent {turn.agent}, session {turn.session}, resume {turn.resume or '-'}")
-    print(f"  agent's own session: {turn.agent_session or '-'}")
-    if turn.receipt:
-        print(f"  receipt: {json.dumps(turn.receipt, sort_keys=True)[:400]}")
-    for c in trail["cards"]:
-        print(f"  card {c['id']} [{c['kind']}] {c['title']!r}: {c['state']}")
-    for a in trail["actions"]:
-        print(f"  action {a['id']} {a['do']}: {a['status']}")
-    for r in turn.refused:
-        print(f"  refused receipt: {r}")
-    print(f"  outcome: {trail['outcome']}{(': ' + turn.error) if turn.error else ''}")
+    for line in why_lines(ctx.store, args.turn):
+        print(line)
     return 0
 
 
