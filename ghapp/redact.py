@@ -89,9 +89,10 @@ _KEYWORD_STARTS = (
     "private", "signing", "master", "encryption", "client", "license", "account",
     "subscription", "session", "signature",
 )  # fmt: skip
-# the match starts at the keyword: a key's prefix ("client_", "aws_") is left as it is
-_KEY = _KEYWORD + r"[\w.-]*"
-_KEY_NAME = re.compile(r"[\w.-]*?" + _KEYWORD + r"[\w.-]*", re.ASCII)
+# the match starts at the keyword: a key's prefix ("client_", "aws_") is left as it is;
+# the rest of the key is bounded so that a long word full of keywords stays linear
+_KEY = _KEYWORD + r"[\w.-]{0,80}"
+_KEY_NAME = re.compile(r"[\w.-]*?(?:" + _KEYWORD + r"|(?i:authorization))[\w.-]*", re.ASCII)
 # closing quote of the key (plain or JSON-escaped), the separator, an opening quote
 _SEP = r"(?:\\?[\"'])?[ \t]*(?:=>|:=|[:=])[ \t]*"
 _VALUE = (
@@ -262,13 +263,13 @@ _RULES: tuple[_Rule, ...] = (
 )
 # Where a match can start: the rules' start words (found case-insensitively), the literal
 # values' forms, and the start of every run of 40+ base64 characters.
-_STARTS = tuple(sorted({s.encode() for rule in _RULES for s in rule.starts}))
+_STARTS = tuple(sorted({s for rule in _RULES for s in rule.starts}))
 _STARTS_REGEX = re.compile(
-    b"|".join(
+    "|".join(
         re.escape(first)
-        + b"(?:"
-        + b"|".join(re.escape(w[1:]) for w in _STARTS if w[:1] == first)
-        + b")"
+        + "(?:"
+        + "|".join(re.escape(w[1:]) for w in _STARTS if w[:1] == first)
+        + ")"
         for first in sorted({w[:1] for w in _STARTS})
     )
 )  # grouped by first byte: about twice as fast as one flat alternation in CPython's re
@@ -462,24 +463,29 @@ class Redactor:
 
     def _candidates(self, text: str) -> tuple[list[int], set[int]]:
         """Where a match can start, and where a literal value's form starts."""
-        # one byte per character, so that byte offsets are character offsets
-        ascii_text = text.encode("ascii", "replace")
-        found = {m.start() for m in _STARTS_REGEX.finditer(ascii_text.lower())}
+        # ASCII only, one character for one, so that positions stay the same
+        if text.isascii():
+            lower = text.lower()
+        else:
+            lower = text.encode("ascii", "replace").decode("ascii").lower()
+        found = {m.start() for m in _STARTS_REGEX.finditer(lower)}
         literal_at: set[int] = set()
-        for form in self._forms:
-            at = text.find(form)
+        if len(text) >= MIN_VALUE_LENGTH:
+            for form in self._forms:
+                at = text.find(form)
+                while at >= 0:
+                    literal_at.add(at)
+                    at = text.find(form, at + 1)
+            found |= literal_at
+        if len(text) >= _BASE64_MIN:
+            runs = lower.encode("ascii").translate(_BASE64_TABLE)
+            at = runs.find(b"A" * _BASE64_MIN)
             while at >= 0:
-                literal_at.add(at)
-                at = text.find(form, at + 1)
-        found |= literal_at
-        runs = ascii_text.translate(_BASE64_TABLE)
-        at = runs.find(b"A" * _BASE64_MIN)
-        while at >= 0:
-            found.add(at)
-            end = runs.find(b" ", at)
-            if end < 0:
-                break
-            at = runs.find(b"A" * _BASE64_MIN, end)
+                found.add(at)
+                end = runs.find(b" ", at)
+                if end < 0:
+                    break
+                at = runs.find(b"A" * _BASE64_MIN, end)
         return sorted(found), literal_at
 
     def _replace(self, match: re.Match[str], depth: int) -> str:

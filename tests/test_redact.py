@@ -6,6 +6,7 @@ import base64
 import binascii
 import json
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -261,6 +262,7 @@ def test_redact_obj_masks_values_under_secret_keys_and_walks_the_rest() -> None:
         ("client_secret", True),
         ("accessToken", True),
         ("DB_PWD", True),
+        ("Authorization", True),
         ("x-api-key", True),
         ("PWD", False),
         ("max_tokens", False),
@@ -276,6 +278,29 @@ def test_redact_obj_masks_values_under_secret_keys_and_walks_the_rest() -> None:
 )
 def test_secret_key_names(name: str, expected: bool) -> None:
     assert is_secret_key(name) is expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "TOKEN" * 4000,
+        "xtoken_" * 3000,
+        "eyJ" * 7000,
+        "-----BEGIN PRIVATE KEY-----" * 800,
+        "a://:" * 4000,
+        "Bearer " * 3000,
+        "A" * 20000,
+        'token="' + "\\x" * 10000,
+        '{"token": "' * 2000,
+        "ghp_" * 5000,
+    ],
+    ids=lambda text: text[:12],
+)
+def test_hostile_input_is_redacted_in_bounded_time(text: str) -> None:
+    start = time.perf_counter()
+    once = REDACTOR.redact(text)
+    assert time.perf_counter() - start < 2.0  # about 0.1 s here; quadratic would be minutes
+    assert REDACTOR.redact(once) == once
 
 
 # --- properties ------------------------------------------------------------------------------
