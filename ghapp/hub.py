@@ -337,21 +337,23 @@ class Hub:
         ns = action.do.split(".", 1)[0]
         executor = self.executors.get(ns)
         if executor is None:
-            self.ledger.decide(
+            out = self.ledger.decide(
                 k.ActionDone(
                     action=action.id,
                     ok=False,
                     error=f"no executor for {action.do!r} here (is the GitHub App configured?)",
                 )
             )
+            self._after(out)  # the failure's notice card goes out now
             return
         self.ledger.decide(k.ActionTried(action=action.id))
         try:
             result = executor.perform(action)
         except ActionFailed as exc:
-            self.ledger.decide(
+            out = self.ledger.decide(
                 k.ActionDone(action=action.id, ok=False, error=self.redact(str(exc)))
             )
+            self._after(out)
             return
         except Exception as exc:
             self.ledger.decide(k.ActionTried(action=action.id, error=self.redact(str(exc))))
