@@ -1,8 +1,13 @@
 """``autoloop serve``: the webhook server, generic sources, card pages and the worker loop.
 
 Settings come from the environment or ``--config FILE`` (see :mod:`ghapp.settings`).
-When any ``AUTOLOOP_GITHUB_*`` setting is given, all of them must be valid (one clear
-line otherwise); with none, the server runs without GitHub (local and HMAC sources).
+
+- App id or private key given: all GitHub settings must be valid (one clear line
+  otherwise), and the server both receives webhooks and writes back to GitHub.
+- Only the webhook secret given: the server receives and records signed webhooks
+  (a repository or organization webhook needs nothing else) and says on start that
+  GitHub write-backs are off.
+- None: no GitHub at all (local and HMAC sources).
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import signal
 import sys
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +39,7 @@ class Running:
     worker: WorkerLoop
     queue: IngestQueue
     extras: list[Any]
+    notes: list[str] = field(default_factory=list)  # printed once on start
 
     def stop(self) -> None:
         for extra in self.extras:
@@ -56,21 +62,21 @@ def build(
 ) -> Running:
     """Wire hub, ledger queue, worker and (when configured) the GitHub App together.
 
-    ``connect_github=False`` (tests of ingest alone) only needs the webhook secret.
+    A webhook secret alone (or ``connect_github=False``) means ingest only: webhooks
+    are verified and recorded, nothing is written back to GitHub.
     """
     rules = ctx.rules()
-    gh_given = any(
-        v
-        for v in (
-            settings.github_app_id,
-            settings.github_private_key,
-            settings.github_webhook_secret,
-        )
-    )
-    github = settings.require_github() if gh_given and connect_github else None
+    app_given = bool(settings.github_app_id or settings.github_private_key)
+    github = settings.require_github() if app_given and connect_github else None
     secret = github.webhook_secret if github else None
-    if secret is None and not connect_github and settings.github_webhook_secret:
-        secret = settings.github_webhook_secret.encode()
+    notes: list[str] = []
+    given_secret = settings.github_webhook_secret or ""
+    if secret is None and given_secret.strip():
+        secret = given_secret.encode()
+        notes.append(
+            "GitHub write-backs are off (webhooks are verified and recorded only): "
+            "set AUTOLOOP_GITHUB_APP_ID and AUTOLOOP_GITHUB_PRIVATE_KEY to turn them on"
+        )
     key_path = ctx.home / "master.key"
     if not key_path.exists():
         raise SettingsError(f"{key_path} is missing: run 'autoloop init' first")
@@ -104,7 +110,7 @@ def build(
         from ghapp.github_app import attach  # noqa: PLC0415  # only with GitHub configured
 
         extras.extend(attach(server, hub, github, links=links))
-    return Running(server=server, worker=worker, queue=queue, extras=extras)
+    return Running(server=server, worker=worker, queue=queue, extras=extras, notes=notes)
 
 
 def main(argv: list[str]) -> int:
@@ -145,6 +151,8 @@ def main(argv: list[str]) -> int:
         timeout_graceful_shutdown=5,
     )
     server = uvicorn.Server(config)
+    for note in running.notes:
+        print(f"autoloop serve: {note}", flush=True)
     print(f"autoloop serve: listening on http://{args.host}:{args.port}", flush=True)
     done = threading.Event()
 
