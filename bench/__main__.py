@@ -2,8 +2,8 @@
 
 ``python -m bench`` runs ``decision`` and ``ledger`` (this package's own), then the
 benches other parts of the project add when they are present (``agent_spawn``,
-``redact``); a missing one is skipped with a note. Every figure is measured against a
-baseline taken in the same run on the same machine; see ``bench/README.md``.
+``ingest``, ``redact``); a missing one is skipped with a note. Every figure is measured
+against a baseline taken in the same run on the same machine; see ``bench/README.md``.
 
 Usage: python -m bench [--quick] [--pg] [--only decision,ledger,...]
 """
@@ -27,6 +27,7 @@ OWN = ("decision", "ledger")
 # Benches that print their own figures from main(); the argv each gets (full, --quick).
 OTHERS: dict[str, tuple[list[str], list[str]]] = {
     "agent_spawn": ([], ["--runs", "5"]),
+    "ingest": ([], ["--quick"]),
     "redact": ([], []),
 }
 QUICK: dict[str, dict[str, Any]] = {
