@@ -8,13 +8,15 @@ fed back to it, and so what it wrote can be found again by author), then wires:
   (:mod:`ghapp.github_channel`; card links only where the channel says ``"links": true``);
 - the ``github`` executor for receipt actions (:mod:`ghapp.github_executor`);
 - ``/answer CARD N`` comments (:mod:`ghapp.github_answers`), fed by ``server.on_comment``;
-- the sweeper for missed deliveries, labelled PRs and the outbox (:mod:`ghapp.sweeper`).
+- the sweeper for missed deliveries, labelled PRs and the outbox (:mod:`ghapp.sweeper`),
+  every ``AUTOLOOP_GITHUB_SWEEP_S`` seconds (default 300) and once at start.
 
 It returns the background parts (``start()``/``stop()``) for the caller to run.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ghapp.app import Server
@@ -24,12 +26,28 @@ from ghapp.github_channel import GitHubCommentChannel
 from ghapp.github_executor import GitHubExecutor
 from ghapp.hub import Hub
 from ghapp.links import CardLinks
-from ghapp.settings import GitHubSettings
+from ghapp.settings import GitHubSettings, SettingsError
 from ghapp.sweeper import Sweeper
 
 __all__ = ["attach"]
 
 CHANNEL_ADAPTER = "github-comment"
+SWEEP_VAR = "AUTOLOOP_GITHUB_SWEEP_S"
+DEFAULT_SWEEP_S = 300.0
+
+
+def sweep_interval(env: Mapping[str, str]) -> float:
+    """``AUTOLOOP_GITHUB_SWEEP_S``: seconds between sweeps (default 300)."""
+    raw = env.get(SWEEP_VAR, "").strip()
+    if not raw:
+        return DEFAULT_SWEEP_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0.0
+    if not 1.0 <= value <= 86_400.0:
+        raise SettingsError(f"{SWEEP_VAR}={raw!r}: give seconds between 1 and 86400, e.g. 300")
+    return value
 
 
 def attach(
@@ -38,9 +56,12 @@ def attach(
     settings: GitHubSettings,
     *,
     links: CardLinks | None = None,
-    sweep_every_s: float = 300.0,
+    env: Mapping[str, str] | None = None,
+    sweep_every_s: float | None = None,
     outbox_every_s: float = 30.0,
 ) -> list[Any]:
+    if sweep_every_s is None:
+        sweep_every_s = sweep_interval(env or {})
     client = GitHubClient.from_settings(settings)
     try:
         app = client.get_app()

@@ -109,7 +109,7 @@ def build(
     if github is not None:
         from ghapp.github_app import attach  # noqa: PLC0415  # only with GitHub configured
 
-        extras.extend(attach(server, hub, github, links=links))
+        extras.extend(attach(server, hub, github, links=links, env=ctx.env))
     return Running(server=server, worker=worker, queue=queue, extras=extras, notes=notes)
 
 
