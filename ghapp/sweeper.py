@@ -3,9 +3,11 @@
 - **Missed deliveries.** GitHub keeps the App's webhook deliveries for a few days and
   does not resend a failed one by itself. Each pass lists the deliveries of the last 3
   days; a delivery GUID whose latest attempt failed and that the ledger does not hold
-  (no fact key ``event:github:<guid>...``) is redelivered once. What was redelivered is
-  remembered, so a delivery that keeps failing is not resent in a loop; the ledger's
-  dedupe on the delivery id makes even a second redelivery harmless.
+  (no fact key ``event:github:<guid>...``) is redelivered, at most once per pass and
+  :data:`MAX_REDELIVERIES` times in all (a redelivery asked for in the first pass, while
+  the server is still starting, may fail too). What was redelivered is remembered, so a
+  delivery that keeps failing is not resent in a loop; the ledger's dedupe on the
+  delivery id makes even a needless redelivery harmless.
 - **Labelled pull requests.** An open PR labelled ``deliver`` or ``deliver-review`` about
   which the ledger recorded no event since this process started gets one synthetic
   ``pull_request.reconciled`` event (id ``reconcile:<repo>#<n>@<head sha>``: one per
@@ -40,6 +42,7 @@ log = logging.getLogger("autoloop.github.sweeper")
 
 DELIVER_LABELS = ("deliver", "deliver-review")
 WINDOW_S = 3 * 24 * 3600.0
+MAX_REDELIVERIES = 3  # per delivery GUID, one per pass
 REPO_SCAN_EVENTS = 5000
 _REPO_OF = re.compile(r"^([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)(?:#[0-9]+|@[0-9a-fA-F]+)?$")
 
@@ -77,7 +80,7 @@ class Sweeper:
         self.outbox_every_s = outbox_every_s
         self.window_s = window_s
         self.now = now
-        self.redelivered: set[str] = set()
+        self.redelivered: dict[str, int] = {}  # delivery GUID -> redeliveries asked for
         self._start_seq = self._last_event()
         self.passes = 0  # sweeps completed (the first runs at start)
         self._lock = threading.Lock()  # one sweep at a time: the thread's, or a caller's
@@ -143,7 +146,7 @@ class Sweeper:
                 latest[guid] = item
         out: list[str] = []
         for guid, item in sorted(latest.items(), key=lambda kv: _order(kv[1])):
-            if guid in self.redelivered or not _failed(item):
+            if self.redelivered.get(guid, 0) >= MAX_REDELIVERIES or not _failed(item):
                 continue
             with self.hub.store.read() as tx:
                 if tx.has_key_prefix(f"event:github:{guid}"):
@@ -154,7 +157,7 @@ class Sweeper:
             # A lost answer: it may have been asked for; count it, never ask in a loop.
             with contextlib.suppress(AmbiguousWrite):
                 self.client.redeliver(delivery_id)
-            self.redelivered.add(guid)
+            self.redelivered[guid] = self.redelivered.get(guid, 0) + 1
             out.append(guid)
         return out
 

@@ -479,3 +479,21 @@ def test_a_refused_action_is_recorded_failed_and_a_notice_comment_says_why(
         assert statuses["github.comment"] == ("failed", "'body' must be non-empty text, not ''")
         assert statuses["github.label"][0] == "done"
         assert calls.count("t2.a0") == 1  # the sweep did not perform it a second time
+
+
+def test_a_delivery_that_keeps_failing_is_redelivered_a_bounded_number_of_times(
+    tmp_path: Path,
+) -> None:
+    with rig(tmp_path) as r:
+        sweeper = r.part(Sweeper)
+        wait_for("the sweep at start", lambda: sweeper.passes >= 1)
+        r.gh.world.set_app_url(f"http://127.0.0.1:{free_port()}/github/webhook")
+        r.gh.world.open_issue("reader", "Nobody home")
+        r.gh.world.settle()
+        (failed,) = r.gh.world.deliveries
+        passes = []
+        for _ in range(5):
+            passes.append(sweeper.sweep().redelivered)
+            r.gh.world.settle()
+        assert passes == [[failed.guid]] * 3 + [[], []]
+        assert len([d for d in r.gh.world.deliveries if d.redelivery]) == 3
