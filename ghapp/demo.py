@@ -146,6 +146,7 @@ class Demo:
         self.note(f"webhook recorded; agent turn {turn.id} ran in a fresh session")
         card = wait_for("the question card", lambda: self.open_ask(ctx))
         self.step(f"the agent asks, and its turn ends: card {card.id} '{card.title}'")
+        self.note(card.text)
         for i, option in enumerate(card.options, 1):
             self.note(f"{i}) {option}")
         comment = wait_for(

@@ -28,6 +28,7 @@ def test_demo_runs_to_the_end_in_under_a_minute(tmp_path: Path) -> None:
     assert proc.returncode == 0, out + proc.stderr
     assert elapsed < 60
     assert "the agent asks, and its turn ends" in out
+    assert "Issue sandbox/demo#1, opened just now." in out
     assert "only people with write access" in out  # the read-only answer was refused
     assert "resumes its session" in out
     assert "github.comment -> done" in out and "github.label -> done" in out

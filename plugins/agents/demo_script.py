@@ -129,8 +129,10 @@ def paint(details: dict[str, Any], memory: Memory) -> str:
 
 def ask_triage(event: dict[str, Any], context_dir: Path, memory: Memory) -> str:
     details = details_of(event, context_dir)
-    repo = part(details, "repository").get("full_name")
-    issue = part(details, "issue")
+    # The hub's GitHub source keeps flat fields (repo, number, title, body); a full
+    # webhook payload (repository.full_name, issue.number...) is read too.
+    issue = part(details, "issue") or details
+    repo = details.get("repo") or part(details, "repository").get("full_name")
     number = issue.get("number")
     title = one_line(issue.get("title"))
     memory.save(asked="triage", repo=repo, number=number)
