@@ -239,16 +239,18 @@ class GitHubClient:
         self,
         method: str,
         url: str,
-        authorization: Callable[[], str],
+        authorization: str,
         *,
         params: Mapping[str, Any] | None = None,
         body: Any = None,
         idempotent: bool | None = None,
     ) -> httpx.Response:
+        # The credential is resolved once, before the retries: a token exchange has its
+        # own retries, and its failure means this request was never sent.
         return retry.call(
             method,
             url,
-            lambda: self._send_once(method, url, authorization(), params, body),
+            lambda: self._send_once(method, url, authorization, params, body),
             policy=self._policy,
             idempotent=idempotent,
             now=self._now,
@@ -268,7 +270,7 @@ class GitHubClient:
     def _lookup_installation(self, repo: str) -> int:
         url = f"{_repo_path(repo)}/installation"
         try:
-            data = _as_dict(self._call("GET", url, self._app_auth))
+            data = _as_dict(self._call("GET", url, self._app_auth()))
         except NotFound as exc:
             raise NotFound(
                 f"the GitHub App is not installed on {repo} (or there is no such repository): "
@@ -288,7 +290,7 @@ class GitHubClient:
     def _exchange(self, installation_id: int) -> InstallationToken:
         url = f"/app/installations/{installation_id}/access_tokens"
         # Creating a token twice is harmless, so a lost answer may be retried.
-        response = self._call("POST", url, self._app_auth, idempotent=True)
+        response = self._call("POST", url, self._app_auth(), idempotent=True)
         try:
             return parse_installation_token(_as_dict(response))
         except ValueError as exc:
@@ -317,7 +319,7 @@ class GitHubClient:
             return self._call(
                 method,
                 target,
-                lambda: f"token {self.installation_token(repo)}",
+                f"token {self.installation_token(repo)}",
                 params=params,
                 body=body,
             )
@@ -330,7 +332,7 @@ class GitHubClient:
             return self._call(
                 method,
                 target,
-                lambda: f"token {self.installation_token(repo)}",
+                f"token {self.installation_token(repo)}",
                 params=params,
                 body=body,
             )
@@ -625,7 +627,7 @@ class GitHubClient:
     # ----------------------------------------------------------------------- the App
 
     def get_app(self) -> JSON:
-        return _as_dict(self._call("GET", "/app", self._app_auth))
+        return _as_dict(self._call("GET", "/app", self._app_auth()))
 
     def list_webhook_deliveries(self, *, since: float | None = None) -> list[JSON]:
         """The App's recent deliveries, newest first; with ``since`` (epoch seconds), only
@@ -646,11 +648,11 @@ class GitHubClient:
         def fetch(url: str | None) -> httpx.Response:
             if url is None:
                 return self._call(
-                    "GET", "/app/hook/deliveries", self._app_auth, params={"per_page": PER_PAGE}
+                    "GET", "/app/hook/deliveries", self._app_auth(), params={"per_page": PER_PAGE}
                 )
-            return self._call("GET", url, self._app_auth)
+            return self._call("GET", url, self._app_auth())
 
         return self._pages(fetch, None, keep=recent)
 
     def redeliver(self, delivery_id: int) -> None:
-        self._call("POST", f"/app/hook/deliveries/{int(delivery_id)}/attempts", self._app_auth)
+        self._call("POST", f"/app/hook/deliveries/{int(delivery_id)}/attempts", self._app_auth())

@@ -480,3 +480,18 @@ def test_a_repository_without_the_app_says_to_install_it(fake: FakeGitHub) -> No
         client_for(fake).get_issue("acme/other", 1)
     assert info.value.status == 404
     assert not fake.seen("GET", "/api/v3/repos/acme/other/issues/1")
+
+
+def test_a_failing_token_exchange_is_retried_once_over_not_per_request_attempt(
+    fake: FakeGitHub,
+) -> None:
+    fake.on(
+        "POST",
+        f"/app/installations/{INSTALLATION}/access_tokens",
+        httpx.Response(502, json={"message": "Bad Gateway"}),
+    )
+    with pytest.raises(ServerError):
+        client_for(fake).get_issue("acme/web", 1)
+    exchanges = fake.seen("POST", f"/api/v3/app/installations/{INSTALLATION}/access_tokens")
+    assert len(exchanges) == retry.DEFAULT_POLICY.attempts
+    assert not fake.seen("GET", "/api/v3/repos/acme/web/issues/1")
