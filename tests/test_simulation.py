@@ -181,8 +181,8 @@ def test_a_repair_turn_that_fails_to_run_is_tried_again(tmp_path: Path) -> None:
 def test_sync_off_is_an_opt_in_of_the_url_or_the_constructor(tmp_path: Path) -> None:
     def sync_of(store: SqliteStore) -> int:
         with store.read() as tx:
-            tx.cur.execute("PRAGMA synchronous")  # type: ignore[attr-defined]
-            value = int(tx.cur.fetchone()[0])  # type: ignore[attr-defined]
+            tx.cur.execute("PRAGMA synchronous")
+            value = int(tx.cur.fetchone()[0])
         store.close()
         return value
 

@@ -159,7 +159,7 @@ class Observer:
         self.checks["full replays"] += 1
 
     def fact_hash(self) -> str:
-        return self.digest.hexdigest()
+        return str(self.digest.hexdigest())
 
     # -- after the drain ----------------------------------------------------------------
 
