@@ -30,9 +30,28 @@ RECORD_TYPES: dict[str, type[Any]] = {
 }
 
 
+_PRIMITIVE = (str, int, float, bool, type(None))
+_FIELDS: dict[type[Any], tuple[str, ...]] = {}
+
+
+def _field_names(cls: type[Any]) -> tuple[str, ...]:
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return names
+
+
 def to_data(obj: Any) -> Any:
+    """Plain JSON-able data: primitives first, dataclass fields cached per class."""
+    cls = type(obj)
+    if cls in _PRIMITIVE:
+        return obj
+    if cls is dict:
+        return {str(k): to_data(v) for k, v in obj.items()}
+    if cls is tuple or cls is list:
+        return [to_data(x) for x in obj]
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_data(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        return {name: to_data(getattr(obj, name)) for name in _field_names(cls)}
     if isinstance(obj, tuple | list):
         return [to_data(x) for x in obj]
     if isinstance(obj, Mapping):

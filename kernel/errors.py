@@ -53,7 +53,10 @@ class ConfigError(KernelError):
         if self.field:
             parts.append(f'field "{self.field}"')
         parts.append(self.message)
-        return ": ".join(parts)
+        # One line, whatever a file's keys hold: control characters are shown escaped.
+        return "".join(
+            c if c.isprintable() else c.encode("unicode_escape").decode() for c in ": ".join(parts)
+        )
 
     def __str__(self) -> str:
         return self._render()
