@@ -12,7 +12,13 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from ghapp.sandbox.auth import BAD_CREDENTIALS, JWT_EXPIRED, JWT_TOO_LONG, JWT_UNDECODABLE
+from ghapp.sandbox.auth import (
+    BAD_CREDENTIALS,
+    JWT_EXPIRED,
+    JWT_IAT,
+    JWT_TOO_LONG,
+    JWT_UNDECODABLE,
+)
 from ghapp.sandbox.server import SandboxHandle, running_sandbox
 
 HEADERS = {"Accept": "application/vnd.github+json", "X-GitHub-Api-Version": "2022-11-28"}
@@ -85,6 +91,19 @@ def test_a_jwt_living_longer_than_ten_minutes_is_refused(sandbox: SandboxHandle)
     answer = call(sandbox, "GET", "/app", app_jwt(sandbox, iat=now, exp=now + 3600))
     assert answer.status_code == 401
     assert answer.json()["message"] == JWT_TOO_LONG
+
+
+def test_a_jwt_issued_in_the_future_is_refused(sandbox: SandboxHandle) -> None:
+    now = time.time()
+    answer = call(sandbox, "GET", "/app", app_jwt(sandbox, iat=now + 300, exp=now + 540))
+    assert answer.status_code == 401
+    assert answer.json()["message"] == JWT_IAT
+
+
+def test_an_installation_token_cannot_call_app_routes(sandbox: SandboxHandle) -> None:
+    answer = call(sandbox, "GET", "/app/hook/deliveries", installation_token(sandbox))
+    assert answer.status_code == 401
+    assert answer.json()["message"] == JWT_UNDECODABLE
 
 
 def test_garbage_in_place_of_a_jwt_is_refused(sandbox: SandboxHandle) -> None:

@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 from types import FrameType
 
-from ghapp.sandbox.server import Sandbox, create_app, free_port, serve_in_thread, write_private_key
+from ghapp.sandbox.keys import KeyInTheMaking
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -37,6 +37,15 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
+    key = KeyInTheMaking()  # overlaps with importing the server
+    from ghapp.sandbox.server import (  # noqa: PLC0415  # imported after the key started
+        Sandbox,
+        create_app,
+        free_port,
+        serve_in_thread,
+        write_private_key,
+    )
+
     try:
         args = _parser().parse_args(argv)
     except SystemExit as exit_:
@@ -48,7 +57,7 @@ def main(argv: list[str]) -> int:
     api_url = f"http://{args.host}:{port}"
     folder = Path(args.key_dir or tempfile.mkdtemp(prefix="autoloop-sandbox-"))
     folder.mkdir(parents=True, exist_ok=True)
-    sandbox = Sandbox(app_url=args.app_url, base_url=api_url)
+    sandbox = Sandbox(app_url=args.app_url, base_url=api_url, key=key.get())
     key_path = write_private_key(sandbox.private_key_pem, folder)
     sandbox.start()
     try:

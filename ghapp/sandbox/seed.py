@@ -7,10 +7,8 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
-
 from ghapp.sandbox import git
+from ghapp.sandbox.keys import KeyPair, make_key
 from ghapp.sandbox.model import App, Installation, Label, Repo
 from ghapp.sandbox.state import State
 
@@ -59,19 +57,6 @@ class Seeded:
     ci_app: App
 
 
-def _key() -> tuple[str, bytes]:
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    private = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.TraditionalOpenSSL,
-        serialization.NoEncryption(),
-    ).decode()
-    public = key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
-    return private, public
-
-
 def add_app(state: State, slug: str, name: str, *, webhook_secret: str, public_pem: bytes) -> App:
     bot = state.add_user(f"{slug}[bot]", type_="Bot")
     found = App(
@@ -91,12 +76,12 @@ def add_app(state: State, slug: str, name: str, *, webhook_secret: str, public_p
     return found
 
 
-def seed(state: State, *, app_url: str | None = None) -> Seeded:
+def seed(state: State, *, app_url: str | None = None, key: KeyPair | None = None) -> Seeded:
     with state.lock:
         state.add_user(ORG, type_="Organization")
         for login in ("maintainer", "reader", "contributor"):
             state.add_user(login)
-        private, public = _key()
+        private, public = key or make_key()
         found_app = add_app(
             state,
             APP_SLUG,

@@ -56,6 +56,7 @@ from ghapp.sandbox import (
 from ghapp.sandbox.audit import AuditLog
 from ghapp.sandbox.auth import Auth
 from ghapp.sandbox.faults import FaultMiddleware, Faults
+from ghapp.sandbox.keys import KeyPair
 from ghapp.sandbox.scheduler import Scheduler
 from ghapp.sandbox.seed import seed
 from ghapp.sandbox.state import State, utc_now
@@ -79,10 +80,11 @@ class Sandbox:
         clock: Callable[[], datetime] = utc_now,
         token_lifetime: timedelta = timedelta(hours=1),
         fault_seed: int | None = None,
+        key: KeyPair | None = None,
     ) -> None:
         self.state = State(clock=clock, base_url=base_url)
         self.state.first_ids(1000 + 100_000 * next(_INSTANCES))
-        seeded = seed(self.state, app_url=app_url)
+        seeded = seed(self.state, app_url=app_url, key=key)
         self.app = seeded.app
         self.ci_app = seeded.ci_app
         self.private_key_pem = seeded.private_key_pem

@@ -19,13 +19,14 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from ghapp.sandbox.faults import Faults
 from ghapp.sandbox.model import App
 from ghapp.sandbox.state import Event, State, iso
+
+if TYPE_CHECKING:
+    import httpx
 
 USER_AGENT = "GitHub-Hookshot/sandbox"
 
@@ -115,6 +116,8 @@ class WebhookSender:
 
     def start(self) -> None:
         if self._thread is None:
+            import httpx  # noqa: PLC0415  # imported late: it is slow to import, and only sending needs it
+
             self._client = httpx.Client(timeout=self.timeout, trust_env=False)
             self._thread = threading.Thread(target=self._run, name="sandbox-webhooks", daemon=True)
             self._thread.start()
@@ -235,6 +238,8 @@ class WebhookSender:
         )
         started = time.monotonic()
         assert self._client is not None  # noqa: S101  # set by start()
+        import httpx  # noqa: PLC0415  # already imported by start()
+
         try:
             answer = self._client.post(url, content=job.body, headers=headers)
         except httpx.TimeoutException:
