@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -104,6 +105,28 @@ def test_update_branch_merges_the_base_in_and_guards_the_head(sandbox: SandboxHa
         assert (compare["status"], compare["behind_by"]) == ("ahead", 0)
     kinds = [(e.name, e.action) for e in sandbox.world.events]
     assert ("pull_request", "synchronize") in kinds
+
+
+def test_mergeability_is_unknown_while_github_recomputes_it(sandbox: SandboxHandle) -> None:
+    sandbox.world.set_mergeability_lag(0.3)
+    number = sandbox.world.open_pr("contributor", "topic", "Topic", files={"a.txt": "1"})
+    with client(sandbox) as gh:
+        pr = gh.get(f"/repos/sandbox/demo/pulls/{number}").json()
+        assert (pr["mergeable"], pr["mergeable_state"]) == (None, "unknown")
+        time.sleep(0.35)
+        pr = gh.get(f"/repos/sandbox/demo/pulls/{number}").json()
+        assert (pr["mergeable"], pr["mergeable_state"]) == (True, "clean")
+
+
+def test_is_merged_answers_204_only_after_the_merge(sandbox: SandboxHandle) -> None:
+    number = sandbox.world.open_pr("contributor", "topic", "Topic", files={"a.txt": "1"})
+    with client(sandbox) as gh:
+        assert gh.get(f"/repos/sandbox/demo/pulls/{number}/merge").status_code == 404
+        assert gh.put(f"/repos/sandbox/demo/pulls/{number}/merge").status_code == 200
+        assert gh.get(f"/repos/sandbox/demo/pulls/{number}/merge").status_code == 204
+        branch = gh.get("/repos/sandbox/demo/branches/main").json()
+        merged = gh.get(f"/repos/sandbox/demo/pulls/{number}").json()["merge_commit_sha"]
+        assert branch["commit"]["sha"] == merged
 
 
 def test_a_force_push_rewrites_the_head(sandbox: SandboxHandle) -> None:

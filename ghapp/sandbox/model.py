@@ -103,6 +103,7 @@ class Pull:
     merged_by: str | None = None
     merge_commit_sha: str | None = None
     maintainer_can_modify: bool = False
+    unknown_until: float = 0.0  # time.monotonic() until which mergeability is "unknown"
 
 
 @dataclass(slots=True)
@@ -255,6 +256,7 @@ class Repo:
     deployments: dict[int, Deployment] = field(default_factory=dict)
     releases: list[Release] = field(default_factory=list)
     next_number: int = 1
+    mergeability_lag: float = 0.0  # seconds GitHub takes to recompute mergeability
 
     @property
     def full_name(self) -> str:

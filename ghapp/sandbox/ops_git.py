@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import time
 
 from ghapp.sandbox import git
 from ghapp.sandbox.errors import ApiError, not_found
@@ -71,6 +72,8 @@ def move_branch(
     )
     for pull in repo.pulls.values():
         issue = repo.issues[pull.number]
+        if repo.mergeability_lag and branch in {pull.head_ref, pull.base_ref}:
+            pull.unknown_until = time.monotonic() + repo.mergeability_lag
         if pull.head_ref == branch and issue.state == "open" and pull.head_sha != after:
             old = pull.head_sha
             pull.head_sha = after

@@ -7,6 +7,7 @@ merged, draft, conflicting, or branch protection unmet).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from ghapp.sandbox import git, merging
@@ -77,6 +78,8 @@ def open_pull(
         issue = Issue(number, state.new_id(), title, body, actor.login, now, now, is_pull=True)
         repo.issues[number] = issue
         pull = Pull(number, state.new_id(), head, base, repo.branches[head], draft=draft)
+        if repo.mergeability_lag:
+            pull.unknown_until = time.monotonic() + repo.mergeability_lag
         repo.pulls[number] = pull
         issue_event(state, repo, issue, actor, "opened")
         if labels:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from ghapp.sandbox import git, merging
 from ghapp.sandbox.model import Pull, Repo, Review
 from ghapp.sandbox.render_core import (
@@ -42,6 +44,8 @@ def pull_request(state: State, repo: Repo, pull: Pull) -> Json:
     statuses = f"{state.base_url}/repos/{repo.full_name}/statuses/{pull.head_sha}"
     base_sha = repo.branches.get(pull.base_ref, pull.head_sha)
     mergeable, mergeable_state = merging.mergeable_state(repo, pull)
+    if pull.unknown_until > time.monotonic() and not pull.merged:
+        mergeable, mergeable_state = None, "unknown"  # GitHub is still computing it
     head_commits = git.ancestors(repo, pull.head_sha)
     base_commits = git.ancestors(repo, base_sha)
     changed = changed_files(repo, pull)

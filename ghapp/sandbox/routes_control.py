@@ -15,6 +15,7 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -41,6 +42,7 @@ OPERATIONS = (
     "set_protection",
     "add_ruleset",
     "set_collaborator",
+    "set_mergeability_lag",
     "set_ci",
     "run_ci",
     "set_deploy",
@@ -114,7 +116,7 @@ async def run_op(request: Request, sandbox: Sandbox) -> Any:
         inspect.signature(method).bind(**kwargs)
     except TypeError as exc:
         raise SandboxError(f"{name}: {exc}; GET /_sandbox/ lists the parameters") from exc
-    return {"result": method(**kwargs)}
+    return {"result": await run_in_threadpool(method, **kwargs)}
 
 
 @control

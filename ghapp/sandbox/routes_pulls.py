@@ -6,6 +6,7 @@ from starlette.routing import Route
 
 from ghapp.sandbox import ops_pulls as ops
 from ghapp.sandbox.api import Ctx, Result, endpoint, paginate
+from ghapp.sandbox.errors import ApiError
 from ghapp.sandbox.render_pulls import pull_request, review
 
 PERMS = ("pull_requests",)
@@ -110,6 +111,15 @@ def merge(ctx: Ctx) -> Result:
     return 200, {"sha": sha, "merged": True, "message": "Pull Request successfully merged"}
 
 
+@endpoint(perms=PERMS)
+def is_merged(ctx: Ctx) -> Result:
+    """``GET .../pulls/{n}/merge``: 204 if merged, 404 if not (GitHub's answer)."""
+    pull = ops.get_pull(ctx.repo, ctx.number("number"))
+    if not pull.merged:
+        raise ApiError(404, "Not Found")
+    return 204, None
+
+
 ROUTES = [
     Route(f"{REPO}/pulls", list_pulls, methods=["GET"]),
     Route(f"{REPO}/pulls", create_pull, methods=["POST"]),
@@ -119,4 +129,5 @@ ROUTES = [
     Route(f"{REPO}/pulls/{{number}}/reviews", create_review, methods=["POST"]),
     Route(f"{REPO}/pulls/{{number}}/update-branch", update_branch, methods=["PUT"]),
     Route(f"{REPO}/pulls/{{number}}/merge", merge, methods=["PUT"]),
+    Route(f"{REPO}/pulls/{{number}}/merge", is_merged, methods=["GET"]),
 ]

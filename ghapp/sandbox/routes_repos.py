@@ -175,11 +175,31 @@ def collaborator_permission(ctx: Ctx) -> Result:
     return 200, {"permission": legacy, "role_name": level, "user": found_user}
 
 
+@endpoint(perms=("contents",))
+def get_branch(ctx: Ctx) -> Result:
+    name = ctx.param("branch")
+    sha = ctx.repo.branches.get(name)
+    if sha is None:
+        raise ApiError(404, "Branch not found")
+    state = ctx.sandbox.state
+    data = {
+        "name": name,
+        "commit": commit(state, ctx.repo, ctx.repo.commits[sha]),
+        "protected": name in ctx.repo.protections,
+        "_links": {
+            "self": f"{state.base_url}/repos/{ctx.repo.full_name}/branches/{name}",
+            "html": f"{state.base_url}/{ctx.repo.full_name}/tree/{name}",
+        },
+    }
+    return 200, data
+
+
 ROUTES = [
     Route(REPO, get_repo, methods=["GET"]),
     Route(f"{REPO}/contents/{{path:path}}", get_contents, methods=["GET"]),
     Route(f"{REPO}/contents/{{path:path}}", put_file, methods=["PUT"]),
     Route(f"{REPO}/commits/{{ref}}", get_commit, methods=["GET"]),
+    Route(f"{REPO}/branches/{{branch}}", get_branch, methods=["GET"]),
     Route(f"{REPO}/compare/{{basehead:path}}", compare, methods=["GET"]),
     Route(
         f"{REPO}/branches/{{branch}}/protection/required_status_checks",

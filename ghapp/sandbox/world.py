@@ -315,6 +315,13 @@ class World:
             found.rulesets.append(ruleset)
         return ruleset.id
 
+    def set_mergeability_lag(self, seconds: float, repo: str | None = None) -> None:
+        """After a push, pull requests report ``mergeable: null`` for ``seconds``, as GitHub
+        does while it recomputes mergeability in the background."""
+        found = self._repo(repo)
+        with self.state.lock:
+            found.mergeability_lag = max(0.0, float(seconds))
+
     def set_collaborator(self, user: str, permission: str, repo: str | None = None) -> None:
         found = self._repo(repo)
         self._person(user)
