@@ -16,21 +16,23 @@ log) and pinned to the same single core when the machine has two or more:
 
 The load generator is this process, pinned to another core: a small HTTP/1.1 client on
 raw asyncio streams over keep-alive connections, loopback only, with every request
-(signature included) prepared before timing starts. Figures:
+(signature included) prepared before timing starts. The phases, in this order (both
+servers warmed up first; the heaviest phase last, so that the earlier ones do not run on
+a server bloated by it):
 
-1. throughput: ``--concurrency`` connections each send, await the answer, send again,
+1. memory: ``VmRSS`` of each server with ``--connections`` sockets open at once, each a
+   slow sender that sent the headers and half the body of a delivery and waits; then the
+   bodies are completed and every one must get its 200.
+2. ack latency at a fixed offered rate (``--rate`` deliveries/s for ``--rate-seconds``):
+   open loop, measured from each request's scheduled send time to its full answer. The
+   floor beside it: one-row commits of a bare SQLite file with the same durability on
+   the same disk (an acknowledged write cannot cost less than that).
+3. throughput: ``--concurrency`` connections each send, await the answer, send again,
    for ``--seconds``; rounds alternate which server goes first; the median round counts.
    Each server's CPU time over the window is reported (``/proc/PID/stat``), to show which
    side was saturated, and as CPU time per delivery: on a shared machine where neither
    server gets its whole core, bare/ours CPU per delivery is the throughput ratio one
    whole core each would give.
-2. ack latency at a fixed offered rate (``--rate`` deliveries/s for ``--rate-seconds``):
-   open loop, measured from each request's scheduled send time to its full answer. The
-   floor beside it: one-row commits of a bare SQLite file with the same durability on
-   the same disk (an acknowledged write cannot cost less than that).
-3. memory: ``VmRSS`` of each server with ``--connections`` sockets open at once, each a
-   slow sender that sent the headers and half the body of a delivery and waits; then the
-   bodies are completed and every one must get its 200.
 
 Afterwards every 2xx ``ours`` gave is checked against its ledger: each acknowledged
 delivery must be there (committed before its 2xx).
@@ -332,7 +334,14 @@ async def open_loop(port: int, requests: list[tuple[bytes, bytes]], rate: float)
         due = t0 + i / rate
         await asyncio.sleep(max(0.0, due - loop.time()))
         conn = idle.pop() if idle else await Conn.open(port)
-        status = await conn.send(request)
+        try:
+            status = await conn.send(request)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            # the server closed this connection after its keep-alive timeout (5 s) while
+            # it sat unused in the pool: nothing was read, so send again on a fresh one
+            conn.close()
+            conn = await Conn.open(port)
+            status = await conn.send(request)
         window.record(request[0], status, loop.time() - due)  # from the scheduled time
         idle.append(conn)
 
@@ -478,7 +487,31 @@ def run(
                 reqs = deliveries.make(warmup, f"warm-{side}")
                 w = asyncio.run(closed_loop(kids[side].port, reqs, concurrency, None))
                 kids[side].acked += w.ok
-            # 1. throughput, closed loop; rounds alternate which side goes first
+            # 1. memory with many open connections, on a warmed-up server
+            for side in SIDES:
+                reqs = deliveries.make(connections, f"held-{side}")
+                mem = asyncio.run(hold_open(kids[side], reqs))
+                if side == "ours":  # hold_open raises unless every one got its 200
+                    acked_ids.update(_ids([head for head, _ in reqs]))
+                for key, value in mem.items():
+                    figures[f"{side}_{key}"] = value
+            # 2. ack latency at a fixed offered rate, on a small ledger
+            n = max(1, int(rate * rate_seconds))
+            for side in SIDES:
+                reqs = deliveries.make(n, f"rate-{side}")
+                w = asyncio.run(open_loop(kids[side].port, reqs, rate))
+                kids[side].acked += w.ok
+                if side == "ours":
+                    acked_ids.update(_ids(w.acked))
+                if w.ok != n:
+                    raise RuntimeError(f"{side}: {n - w.ok} of {n} deliveries not 2xx at {rate}/s")
+                figures[f"{side}_rate_p50_ms"] = pct(w.latencies, 0.5) * 1e3
+                figures[f"{side}_rate_p99_ms"] = pct(w.latencies, 0.99) * 1e3
+                figures[f"{side}_rate_max_ms"] = max(w.latencies) * 1e3
+            floor = commit_floor(Path(tmp), max(20, min(n, 500)))
+            figures["floor_commit_p50_ms"] = pct(floor, 0.5) * 1e3
+            figures["floor_commit_p99_ms"] = pct(floor, 0.99) * 1e3
+            # 3. throughput, closed loop; rounds alternate which side goes first
             windows: dict[str, list[Window]] = {s: [] for s in SIDES}
             budget = int(seconds * 20_000) + 1000
             for r in range(rounds):
@@ -512,30 +545,6 @@ def run(
                 figures[f"{side}_closed_p99_ms"] = pct(mid.latencies, 0.99) * 1e3
             figures["ratio"] = figures["ours_rps"] / figures["bare_rps"]
             figures["cpu_ratio"] = figures["bare_cpu_us"] / figures["ours_cpu_us"]  # nan-safe
-            # 2. ack latency at a fixed offered rate
-            n = max(1, int(rate * rate_seconds))
-            for side in SIDES:
-                reqs = deliveries.make(n, f"rate-{side}")
-                w = asyncio.run(open_loop(kids[side].port, reqs, rate))
-                kids[side].acked += w.ok
-                if side == "ours":
-                    acked_ids.update(_ids(w.acked))
-                if w.ok != n:
-                    raise RuntimeError(f"{side}: {n - w.ok} of {n} deliveries not 2xx at {rate}/s")
-                figures[f"{side}_rate_p50_ms"] = pct(w.latencies, 0.5) * 1e3
-                figures[f"{side}_rate_p99_ms"] = pct(w.latencies, 0.99) * 1e3
-                figures[f"{side}_rate_max_ms"] = max(w.latencies) * 1e3
-            floor = commit_floor(Path(tmp), max(20, min(n, 500)))
-            figures["floor_commit_p50_ms"] = pct(floor, 0.5) * 1e3
-            figures["floor_commit_p99_ms"] = pct(floor, 0.99) * 1e3
-            # 3. memory with many open connections
-            for side in SIDES:
-                reqs = deliveries.make(connections, f"held-{side}")
-                mem = asyncio.run(hold_open(kids[side], reqs))
-                if side == "ours":  # hold_open raises unless every one got its 200
-                    acked_ids.update(_ids([head for head, _ in reqs]))
-                for key, value in mem.items():
-                    figures[f"{side}_{key}"] = value
         finally:
             for child in kids.values():
                 stop(child)
