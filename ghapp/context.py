@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from ghapp.hub import Hub, clock_from_env, load_rules
+from ghapp.hub import LEASE_MARGIN_S, Hub, clock_from_env, load_rules
 from ghapp.store.base import Store, open_store
+from kernel.errors import ConfigError
 from kernel.model import Rules
 from kernel.rules import starter_rules_text
 
@@ -42,6 +43,22 @@ def init_home(home: Path, *, rules_text: str | None = None) -> list[str]:
             fh.write(secrets.token_hex(32) + "\n")
         made.append(str(key))
     return made
+
+
+def lease_margin_from_env(env: Mapping[str, str]) -> float:
+    """AUTOLOOP_LEASE_MARGIN_S: seconds a claim outlives the rule's timeout_s (default 120)."""
+    raw = env.get("AUTOLOOP_LEASE_MARGIN_S")
+    if not raw:
+        return LEASE_MARGIN_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise ConfigError(
+            f"{raw!r} is not a number of seconds >= 0 (e.g. 120)", file="AUTOLOOP_LEASE_MARGIN_S"
+        )
+    return value
 
 
 def read_master_key(home: Path) -> bytes:
@@ -87,6 +104,7 @@ class Context:
             agent_for=make_agent,
             channels=make_channels(rules, self.env),
             redact=redact,
+            lease_margin_s=lease_margin_from_env(self.env),
             **kw,  # type: ignore[arg-type]
         )
 

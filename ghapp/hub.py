@@ -8,6 +8,7 @@ worker loop all go through it.
 from __future__ import annotations
 
 import json
+import math
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -19,7 +20,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ghapp.ledger import Ledger, Outcome
 from ghapp.store.base import Store
-from ghapp.turns import prepare, run_agent
+from ghapp.turns import prepare, run_agent, stop_leftovers
+from kernel import facts as f
 from kernel import step as k
 from kernel.cron import parse_cron
 from kernel.errors import ConfigError
@@ -28,7 +30,10 @@ from kernel.records import Action, Card, EventRow, Matter, Turn
 from kernel.rules import parse_rules
 
 Redact = Callable[[str], str]
-LEASE_MARGIN_S = 120
+# A claim lasts the rule's timeout_s plus this margin, and is renewed by heartbeats while
+# the agent runs; AUTOLOOP_LEASE_MARGIN_S changes it (tests, or workers on slow links).
+LEASE_MARGIN_S = 120.0
+HEARTBEAT_EVERY_S = 30.0
 
 
 def real_clock() -> datetime:
@@ -118,6 +123,7 @@ class Hub:
         redact: Redact = lambda s: s,
         on_card: Callable[[Card], None] | None = None,
         on_turn: Callable[[str, Turn], None] | None = None,
+        lease_margin_s: float = LEASE_MARGIN_S,
     ) -> None:
         self.home = home
         self.store = store
@@ -132,6 +138,7 @@ class Hub:
         self.on_turn = on_turn
         self._performing: set[str] = set()  # actions being performed by this process now
         self._performing_lock = threading.Lock()
+        self.lease_margin_s = lease_margin_s
 
     # -- inputs ---------------------------------------------------------------------------
 
@@ -149,6 +156,9 @@ class Hub:
         """Fire due timers, expire lapsed leases, record due schedule ticks."""
         out = self.ledger.decide(k.Tick())
         self._after(out)
+        for fact in out.decision.facts:
+            if isinstance(fact, f.TurnFinished) and fact.outcome == "lease_expired":
+                self.stop_orphans(fact.turn)
         n = int(out.reply.data.get("timers_fired", 0))
         n += self._schedules()
         return n
@@ -200,12 +210,15 @@ class Hub:
                 out.append(m)
         return out
 
+    def lease_s(self, timeout_s: float) -> int:
+        return max(1, math.ceil(timeout_s + self.lease_margin_s))
+
     def claim(self, matter: str, worker: str) -> Turn | None:
         rules = self.rules()
         with self.store.read() as tx:
             m = tx.get("matter", matter)
         rule = rules.rule(m.rule) if isinstance(m, Matter) else None
-        lease = int((rule.timeout_s if rule else 1800) + LEASE_MARGIN_S)
+        lease = self.lease_s(rule.timeout_s if rule else 1800)
         out = self.ledger.decide(k.Claim(matter=matter, worker=worker, lease_s=lease))
         if not out.reply.ok:
             return None
@@ -213,12 +226,28 @@ class Hub:
             t = tx.get("turn", str(out.reply.data["turn"]))
         return t if isinstance(t, Turn) else None
 
-    def run(self, turn: Turn, *, heartbeat_every_s: float = 30.0) -> Outcome:
+    def stop_orphans(self, turn_id: str) -> list[int]:
+        """Kill what still runs, on this host, for a turn whose worker lost its claim.
+
+        A worker killed mid-turn leaves its agent running (the agent has a session of its
+        own). Once the lease has lapsed, the retry must not run beside it in the same
+        folder and agent session, so whoever sees the lapse here stops it first.
+        """
+        return stop_leftovers(self.home / "turns" / turn_id)
+
+    def run(self, turn: Turn, *, heartbeat_every_s: float = HEARTBEAT_EVERY_S) -> Outcome:
         rules = self.rules()
         rule = rules.rule(turn.rule)
         events: list[EventRow] = []
         repair_error = ""
+        lapsed: list[Turn] = []
         with self.store.read() as tx:
+            if turn.kind_ == "retry":
+                lapsed = [
+                    t
+                    for t in tx.query("turn", matter=turn.matter, states=["failed"])
+                    if isinstance(t, Turn) and t.outcome == "lease_expired"
+                ]
             for seq in turn.events:
                 row = tx.get("event", f"{seq:012d}")
                 if isinstance(row, EventRow):
@@ -227,6 +256,8 @@ class Hub:
                 prev = tx.get("turn", turn.repair_of)
                 if isinstance(prev, Turn):
                     repair_error = prev.error
+        if lapsed:  # the attempt this retry repeats may still run where its worker died
+            self.stop_orphans(max(lapsed, key=lambda t: t.fence).id)
         if rule is None:
             outcome = k.AgentOutcome(
                 started=False, ok=False, error=f"rule {turn.rule!r} is no longer in rules.json"
@@ -235,7 +266,9 @@ class Hub:
             prepared = prepare(
                 self.home, rules, rule, turn, events, repair_error=repair_error, redact=self.redact
             )
-            lease = int(rule.timeout_s + LEASE_MARGIN_S)
+            lease = self.lease_s(rule.timeout_s)
+            # Renew well inside the lease, so that a short lease does not lapse under us.
+            heartbeat_every_s = min(heartbeat_every_s, lease / 3)
 
             def heartbeat() -> bool:
                 out = self.ledger.decide(k.Heartbeat(turn=turn.id, fence=turn.fence, lease_s=lease))

@@ -7,9 +7,12 @@ only), ``data/event-<seq>.json`` (each event's full record, untrusted), the agen
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,3 +131,62 @@ def run_agent(
         error=redact(result.error or ""),
         timed_out=result.timed_out,
     )
+
+
+def leftover_processes(folder: Path, *, proc: Path = Path("/proc")) -> list[int]:
+    """Processes still running for the turn folder ``folder`` (found by their environment).
+
+    Every agent process, and every child it starts, inherits ``AUTOLOOP_TURN_DIR``. A
+    worker that died without ending its turn (SIGKILL, power loss) leaves its agent
+    running in a session of its own; this finds it on this host. Where ``/proc`` is
+    missing (not Linux) it finds nothing.
+    """
+    needle = b"\0AUTOLOOP_TURN_DIR=" + os.fsencode(str(folder)) + b"\0"
+    me = os.getpid()
+    found: list[int] = []
+    try:
+        entries = list(proc.iterdir())
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            environ = b"\0" + (entry / "environ").read_bytes()
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        if needle in environ:
+            found.append(int(entry.name))
+    return sorted(found)
+
+
+def stop_leftovers(folder: Path, *, within_s: float = 5.0) -> list[int]:
+    """SIGKILL what still runs for ``folder`` (whole process groups), wait until it is gone.
+
+    Returns the pids that were killed. Our own process group is never signalled as a
+    group; a process in it is killed alone.
+    """
+    pids = leftover_processes(folder)
+    if not pids:
+        return []
+    own = os.getpgrp()
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            group = os.getpgid(pid)
+            if group != own:
+                os.killpg(group, signal.SIGKILL)
+            else:
+                os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.02)
+    return pids
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` runs; a zombie (exited, waiting for its parent) counts as gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
