@@ -17,14 +17,12 @@ import sys
 import tempfile
 import uuid
 from collections import Counter
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from ghapp.context import Context, home_from_env, init_home
 from ghapp.hub import read_details
 from ghapp.store.base import StoreError
-from kernel import step as k
 from kernel.codec import to_data
 from kernel.errors import ConfigError
 from kernel.model import Event
@@ -125,21 +123,32 @@ def cmd_drain(args: argparse.Namespace) -> int:
 
 
 def _usage(ctx: Context) -> dict[str, Any]:
+    """Turns, tokens and cost of today and of the last 7 days (local days of the rules)."""
+    from ghapp.budget import day_bounds, usage_between  # noqa: PLC0415
+
     now = ctx.clock()
-    today = k.iso(now)[:10]
-    week = k.iso(now - timedelta(days=7))
-    out = {
-        "today": {"turns": 0, "tokens": 0, "cost_usd": 0.0},
-        "week": {"turns": 0, "tokens": 0, "cost_usd": 0.0},
-    }
+    try:
+        rules: Any = ctx.rules()
+        tz = rules.timezone
+    except ConfigError:  # status still works with a broken rules file
+        rules, tz = None, "UTC"
     with ctx.store.read() as tx:
         turns = [t for t in tx.query("turn") if isinstance(t, Turn)]
-    for t in turns:
-        for name, ok in (("today", t.started_at[:10] == today), ("week", t.started_at >= week)):
-            if ok:
-                out[name]["turns"] += 1
-                out[name]["tokens"] += t.tokens or 0
-                out[name]["cost_usd"] += t.cost_usd or 0.0
+    out: dict[str, Any] = {"timezone": tz}
+    for name, days in (("today", 1), ("week", 7)):
+        day, start, end = day_bounds(now, tz, days=days)
+        used = usage_between(turns, start, end)
+        out[name] = {
+            "turns": used.turns,
+            "tokens": used.tokens,
+            "cost_usd": round(used.cost_usd, 6),
+            "since": start,
+        }
+    out["today"]["day"] = day
+    out["caps"] = {
+        "max_usd_per_day": getattr(rules, "max_usd_per_day", None),
+        "max_tokens_per_day": getattr(rules, "max_tokens_per_day", None),
+    }
     return out
 
 
@@ -245,10 +254,26 @@ def cmd_status(args: argparse.Namespace) -> int:
     not_disp = [e for e in data["events"] if not e["dispatched"]]
     print(f"events: {len(data['events'])} ({len(not_disp)} not dispatched)")
     print(f"open cards: {sum(1 for c in data['cards'] if c['state'] == 'open')}")
+    usage = data["usage"]
     for span in ("today", "week"):
-        u = data["usage"][span]
+        u = usage[span]
         label = "today" if span == "today" else "last 7 days"
-        print(f"{label}: {u['turns']} turns, {u['tokens']} tokens, ${u['cost_usd']:.2f}")
+        print(f"{label}: {u['turns']} turns, {u['tokens']} tokens, ${u['cost_usd']:.4f}")
+    caps = usage["caps"]
+    today = usage["today"]
+    if caps["max_usd_per_day"] is not None or caps["max_tokens_per_day"] is not None:
+        limits = []
+        if caps["max_usd_per_day"] is not None:
+            limits.append(f"${caps['max_usd_per_day']:g}")
+        if caps["max_tokens_per_day"] is not None:
+            limits.append(f"{caps['max_tokens_per_day']} tokens")
+        reached = (
+            caps["max_usd_per_day"] is not None and today["cost_usd"] >= caps["max_usd_per_day"]
+        ) or (
+            caps["max_tokens_per_day"] is not None and today["tokens"] >= caps["max_tokens_per_day"]
+        )
+        state = "REACHED: no new turns today" if reached else "not reached"
+        print(f"daily cap ({usage['timezone']}): {' or '.join(limits)}, {state}")
     return 0
 
 

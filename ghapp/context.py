@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 from collections.abc import Callable, Mapping
@@ -9,11 +10,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from ghapp.hub import LEASE_MARGIN_S, Hub, clock_from_env, load_rules
+from ghapp.hub import LEASE_MARGIN_S, Hub, clock_from_env, load_rules, rules_path
 from ghapp.store.base import Store, open_store
 from kernel.errors import ConfigError
 from kernel.model import Rules
 from kernel.rules import starter_rules_text
+
+log = logging.getLogger("autoloop.context")
 
 CHANNEL_ADAPTERS = frozenset({"console", "desktop", "webhook", "github-comment"})
 
@@ -61,6 +64,14 @@ def lease_margin_from_env(env: Mapping[str, str]) -> float:
     return value
 
 
+def _stamp(path: Path) -> tuple[str, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return str(path), st.st_mtime_ns, st.st_size
+
+
 def read_master_key(home: Path) -> bytes:
     return (home / "master.key").read_text().strip().encode()
 
@@ -72,6 +83,7 @@ class Context:
     store: Store
     clock: Callable[[], datetime]
     _rules: Rules | None = None
+    _rules_stamp: tuple[str, int, int] | None = None
 
     @classmethod
     def open(cls, env: Mapping[str, str] | None = None, home: Path | None = None) -> Context:
@@ -82,13 +94,26 @@ class Context:
         return cls(home=home, env=env, store=store, clock=clock)
 
     def rules(self) -> Rules:
-        if self._rules is None:
-            from plugins.agents.registry import KNOWN_AGENT_ADAPTERS  # noqa: PLC0415
+        """The rules, re-read when the file changed (a long-running worker sees edits).
 
-            self._rules = load_rules(
-                self.home, agents=KNOWN_AGENT_ADAPTERS, channels=CHANNEL_ADAPTERS
-            )
-        return self._rules
+        A file that became invalid is reported once on stderr and the last good rules stay
+        in force; the first load raises, so nothing starts with a bad file.
+        """
+        stamp = _stamp(rules_path(self.home))
+        if self._rules is not None and stamp == self._rules_stamp:
+            return self._rules
+        from plugins.agents.registry import KNOWN_AGENT_ADAPTERS  # noqa: PLC0415
+
+        try:
+            rules = load_rules(self.home, agents=KNOWN_AGENT_ADAPTERS, channels=CHANNEL_ADAPTERS)
+        except ConfigError as exc:
+            if self._rules is None:
+                raise
+            log.error("rules not reloaded, the previous ones stay in force: %s", exc)
+            self._rules_stamp = stamp
+            return self._rules
+        self._rules, self._rules_stamp = rules, stamp
+        return rules
 
     def hub(self, **kw: object) -> Hub:
         from ghapp.channels import make_channels  # noqa: PLC0415

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from ghapp.budget import cap_notice, day_bounds, usage_between
 from ghapp.ledger import Ledger, Outcome
 from ghapp.store.base import Store
 from ghapp.turns import prepare, run_agent, stop_leftovers
@@ -213,7 +214,27 @@ class Hub:
     def lease_s(self, timeout_s: float) -> int:
         return max(1, math.ceil(timeout_s + self.lease_margin_s))
 
+    def over_budget(self) -> bool:
+        """True when today's turns reached a daily cap; tells the owner once a day."""
+        rules = self.rules()
+        if rules.max_usd_per_day is None and rules.max_tokens_per_day is None:
+            return False
+        now = self.clock()
+        _, start, end = day_bounds(now, rules.timezone)
+        with self.store.read() as tx:
+            turns = [t for t in tx.query("turn") if isinstance(t, Turn)]
+            told = {c.key for c in tx.query("card", matter=k.OWNER_MATTER) if isinstance(c, Card)}
+        notice = cap_notice(rules, now, usage_between(turns, start, end))
+        if notice is None:
+            return False
+        if notice.key not in told:
+            self._after(self.ledger.decide(notice))
+        return True
+
     def claim(self, matter: str, worker: str) -> Turn | None:
+        """Start a turn of ``matter`` for ``worker``; None when it may not start now."""
+        if self.over_budget():  # its events stay pending until the cap allows
+            return None
         rules = self.rules()
         with self.store.read() as tx:
             m = tx.get("matter", matter)

@@ -1,0 +1,78 @@
+"""The daily spend cap: what the turns of a day cost, and whether a new turn may start.
+
+rules.json's top-level ``max_usd_per_day`` caps the dollars the agents report
+(``cost_usd`` of each turn), and ``max_tokens_per_day`` the tokens (for agents that
+report tokens but no cost). A day is a calendar day in the rules' ``timezone``; the turns
+counted are those that *started* that day, with the figures their agents reported when
+they finished. When a cap is reached no new turn starts: events stay pending on their
+matters and run when the cap is raised or the next day begins. A turn already running
+is never stopped by the cap (a rule's own ``budget_usd`` limits one turn).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, time, timedelta
+from zoneinfo import ZoneInfo
+
+from kernel import step as k
+from kernel.model import Rules
+from kernel.records import Turn
+
+__all__ = ["Usage", "cap_notice", "day_bounds", "usage_between"]
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    turns: int = 0
+    tokens: int = 0
+    cost_usd: float = 0.0
+
+
+def day_bounds(now: datetime, timezone: str, *, days: int = 1) -> tuple[str, str, str]:
+    """(local date, start, end) of the ``days`` local days ending with today; ISO instants.
+
+    ``start`` is local midnight ``days - 1`` days ago, ``end`` the next local midnight.
+    """
+    tz = ZoneInfo(timezone)
+    today = now.astimezone(tz).date()
+    first = today - timedelta(days=days - 1)
+    start = datetime.combine(first, time(0), tz)
+    end = datetime.combine(today + timedelta(days=1), time(0), tz)
+    return today.isoformat(), k.iso(start), k.iso(end)
+
+
+def usage_between(turns: Iterable[Turn], start: str, end: str) -> Usage:
+    """Turns started in [start, end) and what they reported (ISO instants compare as text)."""
+    n = tokens = 0
+    cost = 0.0
+    for t in turns:
+        if start <= t.started_at < end:
+            n += 1
+            tokens += t.tokens or 0
+            cost += t.cost_usd or 0.0
+    return Usage(turns=n, tokens=tokens, cost_usd=cost)
+
+
+def cap_notice(rules: Rules, now: datetime, used: Usage) -> k.OwnerNotice | None:
+    """The owner card to raise when today's use reached a cap, or None while under both."""
+    reached: list[str] = []
+    if rules.max_usd_per_day is not None and used.cost_usd >= rules.max_usd_per_day:
+        reached.append(f"${used.cost_usd:.2f} of max_usd_per_day ${rules.max_usd_per_day:g}")
+    if rules.max_tokens_per_day is not None and used.tokens >= rules.max_tokens_per_day:
+        reached.append(f"{used.tokens} tokens of max_tokens_per_day {rules.max_tokens_per_day}")
+    if not reached:
+        return None
+    day, _, end = day_bounds(now, rules.timezone)
+    resume_at = datetime.fromisoformat(end).astimezone(ZoneInfo(rules.timezone))
+    return k.OwnerNotice(
+        key=f"budget/{day}",
+        title="Daily spend cap reached: no new agent turns today",
+        text=(
+            f"On {day} ({rules.timezone}) the agents used {' and '.join(reached)} "
+            f"in {used.turns} turns. No new turn starts; new events wait, queued, and none is "
+            f"lost. They run from {resume_at.strftime('%Y-%m-%d %H:%M %Z')}, or at once if "
+            f"you raise the cap in {rules.path}. 'autoloop status' shows the spend."
+        ),
+    )
