@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import secrets
@@ -9,6 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from ghapp.hub import LEASE_MARGIN_S, Hub, clock_from_env, load_rules, rules_path
 from ghapp.store.base import Store, open_store
@@ -134,8 +136,8 @@ class Context:
         )
 
 
-def make_redact(home: Path, rules: Rules, env: Mapping[str, str]) -> Callable[[str], str]:
-    """The redactor for everything this process stores: patterns plus marked secret values."""
+def secret_values(home: Path, rules: Rules, env: Mapping[str, str]) -> list[str]:
+    """Values this process must never store or print: marked env vars, hub secrets."""
     values = [env[name] for name in rules.secret_env if env.get(name)]
     for name in ("AUTOLOOP_GITHUB_WEBHOOK_SECRET",):
         if env.get(name):
@@ -143,11 +145,43 @@ def make_redact(home: Path, rules: Rules, env: Mapping[str, str]) -> Callable[[s
     key = home / "master.key"
     if key.exists():
         values.append(key.read_text().strip())
+    return values
+
+
+def make_redactor(home: Path, rules: Rules, env: Mapping[str, str]) -> Any:
+    """A ``ghapp.redact.Redactor`` for this process, or None where it is not installed."""
     try:
         from ghapp.redact import (  # type: ignore[import-not-found, unused-ignore]  # noqa: PLC0415
             Redactor,
         )
     except ImportError:  # the redactor is landing in parallel; until then, store as is
+        return None
+    return Redactor(extra_values=secret_values(home, rules, env))
+
+
+def make_redact(home: Path, rules: Rules, env: Mapping[str, str]) -> Callable[[str], str]:
+    """The redactor for everything this process stores: patterns plus marked secret values."""
+    redactor = make_redactor(home, rules, env)
+    if redactor is None:
         return lambda s: s
-    redact: Callable[[str], str] = Redactor(extra_values=values).redact
+    redact: Callable[[str], str] = redactor.redact
     return redact
+
+
+def configure_logs(ctx: Context) -> None:
+    """Log to stderr, every record redacted (level from AUTOLOOP_LOG_LEVEL, default INFO)."""
+    level = ctx.env.get("AUTOLOOP_LOG_LEVEL") or "INFO"
+    redactor = make_redactor(ctx.home, ctx.rules(), ctx.env)
+    try:  # ghapp.logs is landing in parallel with the redactor
+        logs: Any = importlib.import_module("ghapp.logs")
+    except ImportError:
+        logs = None
+    try:
+        if redactor is None or logs is None:
+            logging.basicConfig(level=level.upper(), format="%(levelname)s %(name)s: %(message)s")
+        else:
+            logs.configure_logging(level, redactor)
+    except ValueError as exc:
+        raise ConfigError(
+            f"{exc}; use DEBUG, INFO, WARNING or ERROR", file="AUTOLOOP_LOG_LEVEL"
+        ) from None

@@ -12,7 +12,7 @@ import math
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
@@ -88,6 +88,69 @@ def load_rules(home: Path, *, agents: Iterable[str], channels: Iterable[str]) ->
     return rules
 
 
+def scrub(value: Any, redact: Redact) -> Any:
+    """``value`` with ``redact`` applied to every string in it (dicts, lists, tuples)."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, Mapping):
+        return {k_: scrub(v, redact) for k_, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(scrub(v, redact) for v in value)
+    return value
+
+
+class RedactingLedger(Ledger):
+    """The ledger as the hub uses it: text from outside is redacted before it is stored.
+
+    Every input that carries text someone else wrote passes here, whoever sends it (the
+    CLI, the HTTP ingest queue, the worker): an event's subject, summary, link and
+    details; an agent's final message and error; a write-back's result and error; an
+    owner notice. Ids, sources and types are kept as they are, so that deduplication and
+    routing do not change.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        rules: Callable[[], Rules],
+        clock: Callable[[], datetime],
+        redact: Redact,
+    ) -> None:
+        super().__init__(store, rules, clock)
+        self.redact = redact
+
+    def decide_many(self, inputs: list[k.Input], *, now: datetime | None = None) -> list[Outcome]:
+        return super().decide_many([self.clean(i) for i in inputs], now=now)
+
+    def clean(self, inp: k.Input) -> k.Input:
+        r = self.redact
+        if isinstance(inp, k.Ingest):
+            ev = inp.event
+            return replace(
+                inp,
+                event=replace(
+                    ev,
+                    subject=r(ev.subject),
+                    summary=r(ev.summary),
+                    link=r(ev.link),
+                    details=scrub(dict(ev.details), r),
+                ),
+            )
+        if isinstance(inp, k.Finish):
+            out = inp.outcome
+            return replace(
+                inp,
+                outcome=replace(out, final_message=r(out.final_message), error=r(out.error)),
+            )
+        if isinstance(inp, k.ActionDone):
+            return replace(inp, result=scrub(dict(inp.result), r), error=r(inp.error))
+        if isinstance(inp, k.ActionTried):
+            return replace(inp, error=r(inp.error))
+        if isinstance(inp, k.OwnerNotice):
+            return replace(inp, title=r(inp.title), text=r(inp.text))
+        return inp
+
+
 class Channel(Protocol):
     def send(self, card: Card, matter: Matter | None, *, previous_ref: str) -> str: ...
 
@@ -130,7 +193,7 @@ class Hub:
         self.store = store
         self.rules = rules
         self.clock = clock
-        self.ledger = Ledger(store, rules, clock)
+        self.ledger: Ledger = RedactingLedger(store, rules, clock, redact)
         self.agent_for = agent_for
         self.channels = dict(channels or {})
         self.executors = dict(executors or {})

@@ -25,7 +25,7 @@ from typing import Any
 import uvicorn
 
 from ghapp.app import Server, create_app
-from ghapp.context import Context, read_master_key
+from ghapp.context import Context, configure_logs, read_master_key
 from ghapp.ingest import IngestQueue
 from ghapp.links import CardLinks
 from ghapp.settings import Settings, SettingsError
@@ -126,6 +126,7 @@ def main(argv: list[str]) -> int:
     try:
         settings = Settings.from_env(env, args.config)
         ctx = Context.open(env=dict(env), home=settings.home)
+        configure_logs(ctx)  # every log record redacted
         running = build(
             ctx,
             settings,

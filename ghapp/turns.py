@@ -121,6 +121,7 @@ def run_agent(
         stop.set()
     log = prepared.folder / "output.log"
     log.write_text(redact(result.output or result.final_message))
+    scrub_folder(prepared.folder, redact)  # what the agent itself wrote there (report.json...)
     return k.AgentOutcome(
         started=result.started,
         ok=result.ok,
@@ -131,6 +132,28 @@ def run_agent(
         error=redact(result.error or ""),
         timed_out=result.timed_out,
     )
+
+
+def scrub_folder(folder: Path, redact: Redact) -> int:
+    """Redact every file under ``folder`` in place; returns how many files changed.
+
+    Bytes that are not UTF-8 pass through unchanged (surrogate escapes), so a binary file
+    keeps its bytes except where a secret was found in its text.
+    """
+    changed = 0
+    for path in sorted(folder.rglob("*")):
+        if not path.is_file() or path.is_symlink():
+            continue
+        try:
+            raw = path.read_bytes()
+        except OSError:
+            continue
+        text = raw.decode("utf-8", "surrogateescape")
+        clean = redact(text)
+        if clean != text:
+            path.write_bytes(clean.encode("utf-8", "surrogateescape"))
+            changed += 1
+    return changed
 
 
 def leftover_processes(folder: Path, *, proc: Path = Path("/proc")) -> list[int]:

@@ -8,10 +8,12 @@ one thread: a card waiting for a person is a row in the ledger, not a process.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from ghapp.hub import Hub
+from kernel.records import Turn
 
 log = logging.getLogger("autoloop.worker")
 
@@ -74,9 +76,19 @@ class WorkerLoop:
             started += 1
         return started
 
-    def _run_turn(self, turn: object) -> object:
+    def _run_turn(self, turn: Turn) -> object:
+        log.info(
+            "turn %s started: rule %s, matter %s, %d event(s)%s",
+            turn.id,
+            turn.rule,
+            turn.matter,
+            len(turn.events),
+            f", resuming {turn.resume}" if turn.resume else "",
+        )
         try:
-            return self.hub.run(turn)  # type: ignore[arg-type]
+            out = self.hub.run(turn)
+            log.info("turn %s ended: %s", turn.id, out.reply.message)
+            return out
         finally:
             self._wake.set()  # a finished turn may have made its matter runnable again
 
@@ -87,7 +99,7 @@ def main(argv: list[str]) -> int:
     import signal  # noqa: PLC0415
     import sys  # noqa: PLC0415
 
-    from ghapp.context import Context  # noqa: PLC0415
+    from ghapp.context import Context, configure_logs  # noqa: PLC0415
     from ghapp.store.base import StoreError  # noqa: PLC0415
     from kernel.errors import ConfigError  # noqa: PLC0415
 
@@ -99,6 +111,7 @@ def main(argv: list[str]) -> int:
     try:
         ctx = Context.open()
         rules = ctx.rules()
+        configure_logs(ctx)
         hub = ctx.hub()
     except (ConfigError, StoreError) as exc:
         print(f"autoloop work: {exc}", file=sys.stderr)
@@ -114,7 +127,9 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, _term)
     signal.signal(signal.SIGINT, _term)
     print(f"autoloop work: worker {args.name!r} started", flush=True)
+    log.info("worker %r started (pid %d)", args.name, os.getpid())
     loop.start()
     stop.wait()
     loop.stop()
+    log.info("worker %r stopped", args.name)
     return 0
