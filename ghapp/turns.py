@@ -107,6 +107,9 @@ def run_agent(
     def beat() -> None:
         while not stop.wait(heartbeat_every_s):
             if heartbeat is not None and not heartbeat():
+                # The claim is gone (another worker may hold the matter now): stop our agent
+                # rather than let two runs of one matter work side by side.
+                stop_leftovers(prepared.folder)
                 return
 
     beater = threading.Thread(target=beat, daemon=True) if heartbeat else None

@@ -3,6 +3,19 @@
 It sleeps on an event that ingest sets ("something new"), with a short timeout so that
 timers, schedules and lapsed leases are noticed too. Waiting costs nothing but this
 one thread: a card waiting for a person is a row in the ledger, not a process.
+
+Claims are leases (the rule's ``timeout_s`` plus ``AUTOLOOP_LEASE_MARGIN_S``, default
+120 s), renewed by heartbeats while the agent runs. When a worker dies mid-turn its lease
+lapses, the next tick records the turn as ``lease_expired`` and the matter's events run
+again (a retry, bounded by the rule's ``max_retries``). The dead worker's agent is not
+killed with it: agents run in a session of their own, so that a timeout can kill the
+whole group. So before that retry runs, and whenever a tick sees a lease lapse, the hub
+kills every process on this host still carrying the old turn's ``AUTOLOOP_TURN_DIR``
+(its whole process group), and waits until it is gone; the retry never runs beside its
+orphan on the same host. An orphan on *another* host (workers on several machines) is
+not reachable from here: it runs until its own end, and whatever receipt it might send
+is refused (its fence is old). If the heartbeat itself is refused (this worker lost its
+claim, e.g. after a long pause), the worker kills its own agent at once.
 """
 
 from __future__ import annotations

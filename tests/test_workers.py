@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,11 @@ from typing import Any
 import pytest
 
 from ghapp.context import Context
+from ghapp.turns import prepare, run_agent
 from kernel import step as k
+from kernel.records import Turn
+from kernel.rules import parse_rules
+from plugins.agents.registry import make_agent
 from tests.fakes.turns import alive, wait_gone
 from tests.hub_cli import ROOT, Home, wait_for
 
@@ -183,3 +188,28 @@ def test_the_lease_margin_setting_rejects_nonsense(home: Home) -> None:
     proc = home.run("work", "--name", "a", ok=False, AUTOLOOP_LEASE_MARGIN_S="soon")
     assert proc.returncode == 2
     assert "AUTOLOOP_LEASE_MARGIN_S" in proc.stderr and "seconds" in proc.stderr
+
+
+def test_a_worker_that_lost_its_claim_stops_its_own_agent(tmp_path: Path) -> None:
+    hung = tmp_path / "hung.pids"
+    doc = {
+        "agents": {"slow": agent("a", tmp_path / "agent.log", "--hang-once", str(hung))},
+        "rules": [{"name": "r", "on": {"type": ["ping"]}, "agent": "slow", "timeout_s": 120}],
+    }
+    rules = parse_rules(json.dumps(doc), path="rules.json")
+    rule = rules.rule("r")
+    assert rule is not None
+    turn = Turn(id="t1", matter="r", rule="r", agent="slow", worker="a", session="s-1")
+    prepared = prepare(tmp_path, rules, rule, turn, [])
+    beats: list[float] = []
+
+    def refused() -> bool:  # the ledger says another claim holds the matter now
+        beats.append(time.monotonic())
+        return False
+
+    began = time.monotonic()
+    outcome = run_agent(prepared, make_agent, heartbeat=refused, heartbeat_every_s=1.0)
+    took = time.monotonic() - began
+    assert len(beats) == 1 and took < 20, took  # not the 120 s timeout, nor the 300 s sleep
+    assert not outcome.ok and not outcome.timed_out
+    assert wait_gone([int(p) for p in hung.read_text().split()], within_s=3) == []
