@@ -106,7 +106,8 @@ class RedactingLedger(Ledger):
     CLI, the HTTP ingest queue, the worker): an event's subject, summary, link and
     details; an agent's final message and error; a write-back's result and error; an
     owner notice. Ids, sources and types are kept as they are, so that deduplication and
-    routing do not change.
+    routing do not change. A comment body the hub will post for an agent is masked too:
+    a secret posted where people read it is worse than a masked word in a comment.
     """
 
     def __init__(
