@@ -185,3 +185,12 @@ def configure_logs(ctx: Context) -> None:
         raise ConfigError(
             f"{exc}; use DEBUG, INFO, WARNING or ERROR", file="AUTOLOOP_LOG_LEVEL"
         ) from None
+
+
+def reset_logs() -> None:
+    """Undo :func:`configure_logs` (a command's ``main`` may run inside another program)."""
+    try:
+        logs: Any = importlib.import_module("ghapp.logs")
+    except ImportError:
+        return
+    logs.reset_logging()

@@ -25,7 +25,7 @@ from typing import Any
 import uvicorn
 
 from ghapp.app import Server, create_app
-from ghapp.context import Context, configure_logs, read_master_key
+from ghapp.context import Context, configure_logs, read_master_key, reset_logs
 from ghapp.ingest import IngestQueue
 from ghapp.links import CardLinks
 from ghapp.settings import Settings, SettingsError
@@ -126,7 +126,7 @@ def main(argv: list[str]) -> int:
     try:
         settings = Settings.from_env(env, args.config)
         ctx = Context.open(env=dict(env), home=settings.home)
-        configure_logs(ctx)  # every log record redacted
+        configure_logs(ctx)  # every log record redacted, until this function returns
         running = build(
             ctx,
             settings,
@@ -135,6 +135,7 @@ def main(argv: list[str]) -> int:
             base_url=args.base_url or f"http://{args.host}:{args.port}",
         )
     except (SettingsError, ConfigError) as exc:
+        reset_logs()
         print(f"autoloop serve: {exc}", file=sys.stderr)
         return 2
     running.queue.start()
@@ -166,4 +167,5 @@ def main(argv: list[str]) -> int:
         server.run()
     finally:
         running.stop()
+        reset_logs()
     return 0

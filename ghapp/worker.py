@@ -112,7 +112,7 @@ def main(argv: list[str]) -> int:
     import signal  # noqa: PLC0415
     import sys  # noqa: PLC0415
 
-    from ghapp.context import Context, configure_logs  # noqa: PLC0415
+    from ghapp.context import Context, configure_logs, reset_logs  # noqa: PLC0415
     from ghapp.store.base import StoreError  # noqa: PLC0415
     from kernel.errors import ConfigError  # noqa: PLC0415
 
@@ -142,7 +142,10 @@ def main(argv: list[str]) -> int:
     print(f"autoloop work: worker {args.name!r} started", flush=True)
     log.info("worker %r started (pid %d)", args.name, os.getpid())
     loop.start()
-    stop.wait()
-    loop.stop()
-    log.info("worker %r stopped", args.name)
+    try:
+        stop.wait()
+        loop.stop()
+        log.info("worker %r stopped", args.name)
+    finally:
+        reset_logs()
     return 0
