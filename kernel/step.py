@@ -502,7 +502,11 @@ def _failed(
             key=f"failed/{t.id}",
             matter=m.id,
             kind="notice",
-            title=f"Agent turn failed {m.failures + 1} times",
+            title=(
+                "Agent turn failed"
+                if m.failures == 0
+                else f"Agent turn failed {m.failures + 1} times"
+            ),
             text=(
                 f"Turn {t.id} of rule {rule.name!r} ended with: {out.error or outcome}. "
                 f"No more retries. Check the agent {rule.agent!r} (run 'autoloop why {t.id}'), "
