@@ -30,7 +30,9 @@ class Outcome:
         return self.decision.reply
 
 
-def load_state(tx: Tx, needs: k.Needs, now: datetime, *, with_events: bool = False) -> State:
+def load_state(
+    tx: Tx, needs: k.Needs, now: datetime, *, with_events: bool = False, with_cards: bool = True
+) -> State:
     st = State()
     meta = tx.get("meta", "counters")
     if meta is not None:
@@ -63,8 +65,9 @@ def load_state(tx: Tx, needs: k.Needs, now: datetime, *, with_events: bool = Fal
         if not isinstance(m, Matter):
             continue
         st.put(m)
-        for rec in tx.query("card", matter=mid, states=["open", "decided"]):
-            st.put(rec)
+        if with_cards:
+            for rec in tx.query("card", matter=mid, states=["open", "decided"]):
+                st.put(rec)
         if m.running and m.running not in st.turns:
             t = tx.get("turn", m.running)
             if t is not None:
@@ -110,7 +113,14 @@ class Ledger:
                 empty = k.Decision(facts=(), effects=(), reply=reply, touched=frozenset())
                 return Outcome(empty, ())
         needs = k.needs(inp, rules)
-        state = load_state(tx, needs, when, with_events=isinstance(inp, k.Claim))
+        # An ingest only routes the event to matters: it reads no cards.
+        state = load_state(
+            tx,
+            needs,
+            when,
+            with_events=isinstance(inp, k.Claim),
+            with_cards=not isinstance(inp, k.Ingest),
+        )
         if isinstance(inp, k.Finish):
             t = state.turns.get(inp.turn)
             if t is not None:

@@ -10,7 +10,7 @@ import dataclasses
 import json
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kernel import records
@@ -69,31 +69,55 @@ def _hints(cls: type[Any]) -> dict[str, Any]:
     return hints
 
 
-def _convert(hint: Any, value: Any) -> Any:
-    if value is None:
-        return None
+Converter = Callable[[Any], Any]
+
+
+def _converter(hint: Any) -> Converter | None:
+    """How to turn stored data back into a field's value; None when it is used as is."""
     origin = typing.get_origin(hint)
     if origin is tuple:
         args = typing.get_args(hint)
         if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_convert(args[0], v) for v in value)
-        return tuple(_convert(a, v) for a, v in zip(args, value, strict=True))
+            item = _converter(args[0])
+            if item is None:
+                return lambda v: None if v is None else tuple(v)
+            conv_item: Converter = item
+            return lambda v: None if v is None else tuple(conv_item(x) for x in v)
+        convs = [_converter(a) or (lambda x: x) for a in args]
+        return lambda v: None if v is None else tuple(c(x) for c, x in zip(convs, v, strict=True))
     if origin in (typing.Union, types.UnionType):
         for arg in typing.get_args(hint):
-            if arg is type(None):
-                continue
-            return _convert(arg, value)
+            if arg is not type(None):
+                some = _converter(arg)
+                if some is None:
+                    return None
+                conv_some: Converter = some
+                return lambda v: None if v is None else conv_some(v)
     if hint is Event:
-        return from_data(Event, value)
-    return value
+        return lambda v: None if v is None else from_data(Event, v)
+    return None
+
+
+_PLANS: dict[type[Any], tuple[tuple[str, Converter | None], ...]] = {}
+
+
+def _plan(cls: type[Any]) -> tuple[tuple[str, Converter | None], ...]:
+    plan = _PLANS.get(cls)
+    if plan is None:
+        hints = _hints(cls)
+        plan = _PLANS[cls] = tuple(
+            (f.name, _converter(hints[f.name])) for f in dataclasses.fields(cls)
+        )
+    return plan
 
 
 def from_data(cls: type[Any], data: Mapping[str, Any]) -> Any:
-    hints = _hints(cls)
+    """Rebuild a dataclass from stored data, with a conversion plan cached per class."""
     kwargs = {}
-    for f in dataclasses.fields(cls):
-        if f.name in data:
-            kwargs[f.name] = _convert(hints[f.name], data[f.name])
+    for name, conv in _plan(cls):
+        if name in data:
+            value = data[name]
+            kwargs[name] = value if conv is None else conv(value)
     return cls(**kwargs)
 
 

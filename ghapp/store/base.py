@@ -105,16 +105,21 @@ class SqlTx:
         seqs: list[int] = []
         for fact in facts:
             key = fact_key(fact)
-            if key is not None and self.has_key(key):
-                raise DuplicateFact(key)
             at = str(getattr(fact, "at", "") or "")
-            self.cur.execute(
-                self._q(
-                    "INSERT INTO facts (at, type, v, fkey, data) VALUES (?, ?, ?, ?, ?) "
-                    "RETURNING seq"
-                ),
-                (at, type(fact).__name__, 1, key, dump_fact(fact)),
-            )
+            try:
+                self.cur.execute(
+                    self._q(
+                        "INSERT INTO facts (at, type, v, fkey, data) VALUES (?, ?, ?, ?, ?) "
+                        "RETURNING seq"
+                    ),
+                    (at, type(fact).__name__, 1, key, dump_fact(fact)),
+                )
+            except Exception as exc:
+                # The unique index on fkey is the guard (one lookup fewer per fact);
+                # the transaction is abandoned by the caller either way.
+                if key is not None and _unique_violation(exc):
+                    raise DuplicateFact(key) from exc
+                raise
             seqs.append(int(self.cur.fetchone()[0]))
         self._upsert(records)
         return seqs
@@ -195,6 +200,13 @@ class SqlTx:
         self.cur.execute(
             self._q("UPDATE records SET data = ? WHERE kind = ? AND id = ?"), (data, kind, rid)
         )
+
+
+def _unique_violation(exc: BaseException) -> bool:
+    """A driver's unique-constraint error (sqlite3.IntegrityError, psycopg UniqueViolation)."""
+    name = type(exc).__name__
+    text = str(exc).lower()
+    return name in ("IntegrityError", "UniqueViolation") and "unique" in text
 
 
 def open_store(url: str) -> Store:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import parse_qs
@@ -86,19 +87,33 @@ class SqliteStore:
             self._conn = sqlite3.connect(
                 str(self.path), timeout=timeout_s, isolation_level=None, check_same_thread=False
             )
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute(f"PRAGMA synchronous={'FULL' if self.durable else 'OFF'}")
-            self._conn.execute("PRAGMA foreign_keys=ON")
-            self._conn.executescript(SCHEMA)
-            self._conn.execute(
-                "INSERT OR IGNORE INTO ledger_info (k, v) VALUES ('schema', ?)",
-                (str(SCHEMA_VERSION),),
-            )
+            self._setup(timeout_s)
         except (sqlite3.Error, OSError) as exc:
             raise StoreError(
                 f"cannot open the ledger at {self.path}: {exc}; check AUTOLOOP_HOME/AUTOLOOP_DB"
             ) from exc
         self._lock = threading.RLock()
+
+    def _setup(self, timeout_s: float) -> None:
+        """Pragmas and schema. Some of these answer "locked" at once, without waiting for
+        the busy timeout, while another process opens or checkpoints the same file: they
+        are tried again until ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                self._conn.execute("PRAGMA journal_mode=WAL")
+                self._conn.execute(f"PRAGMA synchronous={'FULL' if self.durable else 'OFF'}")
+                self._conn.execute("PRAGMA foreign_keys=ON")
+                self._conn.executescript(SCHEMA)
+                self._conn.execute(
+                    "INSERT OR IGNORE INTO ledger_info (k, v) VALUES ('schema', ?)",
+                    (str(SCHEMA_VERSION),),
+                )
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
     @contextlib.contextmanager
     def write(self) -> Iterator[SqlTx]:
