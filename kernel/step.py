@@ -600,24 +600,19 @@ def _apply_receipt(ctx: _Ctx, t: Turn, m: Matter, rule: Rule, r: Receipt) -> Non
     for i, act in enumerate(r.actions):
         aid = f"{t.id}.a{i}"
         params = dict(act.params)
+        base: dict[str, Any] = {
+            "action": aid,
+            "matter": m.id,
+            "turn": t.id,
+            "do": act.do,
+            "params": params,
+        }
         if act.do in rule.allow:
-            ctx.emit(
-                f.ActionRequested(action=aid, matter=m.id, turn=t.id, do=act.do, params=params)
-            )
+            ctx.emit(f.ActionRequested(**base))
             ctx.effects.append(PerformAction(action=aid))
         elif act.do in rule.approve:
             card = ctx.next_card_id()
-            ctx.emit(
-                f.ActionRequested(
-                    action=aid,
-                    matter=m.id,
-                    turn=t.id,
-                    do=act.do,
-                    params=params,
-                    status="awaiting_approval",
-                    card=card,
-                )
-            )
+            ctx.emit(f.ActionRequested(**base, status="awaiting_approval", card=card))
             ctx.open_card(
                 key=f"approve/{aid}",
                 matter=m.id,
@@ -631,17 +626,7 @@ def _apply_receipt(ctx: _Ctx, t: Turn, m: Matter, rule: Rule, r: Receipt) -> Non
             )
         else:
             error = f"{act.do} is in neither allow nor approve of rule {rule.name!r}"
-            ctx.emit(
-                f.ActionRequested(
-                    action=aid,
-                    matter=m.id,
-                    turn=t.id,
-                    do=act.do,
-                    params=params,
-                    status="refused",
-                    error=error,
-                )
-            )
+            ctx.emit(f.ActionRequested(**base, status="refused", error=error))
             ctx.open_card(
                 key=f"refused/{aid}",
                 matter=m.id,
