@@ -15,11 +15,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 import html
-import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+import orjson
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
@@ -107,7 +107,7 @@ def create_app(server: Server) -> Starlette:
         if not name or not delivery:
             return _error(400, "missing X-GitHub-Event or X-GitHub-Delivery header")
         try:
-            payload = json.loads(body)
+            payload = orjson.loads(body)
         except ValueError:
             return _error(400, "body is not JSON: send application/json payloads")
         if not isinstance(payload, dict):
@@ -152,7 +152,7 @@ def create_app(server: Server) -> Starlette:
         if not (hmac.compare_digest(given, want) or hmac.compare_digest(given, "sha256=" + want)):
             return _error(401, f"bad or missing {header}: sign the raw body with HMAC-SHA256")
         try:
-            data = json.loads(body)
+            data = orjson.loads(body)
         except ValueError:
             return _error(400, "body is not JSON")
         if not isinstance(data, dict):

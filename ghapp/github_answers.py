@@ -231,8 +231,7 @@ class AnswerDesk:
         cutoff = k.iso(self.hub.clock() - SWEEP_WINDOW)
         out: list[Event] = []
         with self.hub.store.read() as tx:
-            meta = tx.get("meta", "counters")
-            last = int(getattr(meta, "events", 0))
+            last = tx.last_event()
             for seq in range(max(1, last - SWEEP_EVENTS + 1), last + 1):
                 row = tx.get("event", f"{seq:012d}")
                 if not isinstance(row, EventRow) or row.at < cutoff:

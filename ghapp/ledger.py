@@ -33,7 +33,7 @@ class Outcome:
 def load_state(
     tx: Tx, needs: k.Needs, now: datetime, *, with_events: bool = False, with_cards: bool = True
 ) -> State:
-    st = State()
+    st = State(last_event=tx.last_event())
     meta = tx.get("meta", "counters")
     if meta is not None:
         st.put(meta)
@@ -50,7 +50,7 @@ def load_state(
         add(tx.get("turn", tid))
     for cid in needs.cards:
         add(tx.get("card", cid))
-    at = k.iso(now)
+    at = k.iso(now) if needs.due_timers or needs.lapsed_leases else ""
     if needs.due_timers:
         for rec in tx.query("timer", states=["armed"], due_before=at):
             add(rec)

@@ -165,8 +165,7 @@ class Sweeper:
 
     def _last_event(self) -> int:
         with self.hub.store.read() as tx:
-            meta = tx.get("meta", "counters")
-        return int(getattr(meta, "events", 0))
+            return tx.last_event()
 
     def _recent(self) -> tuple[set[str], set[str]]:
         """Repositories named by recent GitHub events, and subjects seen since start."""

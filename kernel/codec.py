@@ -7,11 +7,12 @@ stored as their ``data`` alone, under their kind.
 from __future__ import annotations
 
 import dataclasses
-import json
 import types
 import typing
 from collections.abc import Callable, Mapping
 from typing import Any
+
+import orjson
 
 from kernel import records
 from kernel.facts import FACT_TYPES, Fact
@@ -121,25 +122,47 @@ def from_data(cls: type[Any], data: Mapping[str, Any]) -> Any:
     return cls(**kwargs)
 
 
+# Stored text is canonical: keys sorted, no spaces, UTF-8. orjson writes dataclasses
+# (slots included) field by field natively; anything else goes through ``_default``.
+_OPTS = orjson.OPT_SORT_KEYS
+
+
+def _default(obj: Any) -> Any:
+    if isinstance(obj, Mapping):
+        return {str(k): v for k, v in obj.items()}
+    if isinstance(obj, tuple | list | set | frozenset):
+        return list(obj)
+    raise TypeError(f"cannot store a {type(obj).__name__} in the ledger")
+
+
+def dumps(data: Any) -> str:
+    """Canonical JSON text of plain data, dataclasses included."""
+    try:
+        return orjson.dumps(data, default=_default, option=_OPTS).decode()
+    except TypeError:
+        # e.g. a dict with non-string keys: make it plain first (keys become strings)
+        return orjson.dumps(to_data(data), default=_default, option=_OPTS).decode()
+
+
+def loads(text: str | bytes) -> Any:
+    return orjson.loads(text)
+
+
 def dump_fact(fact: Fact) -> str:
-    return json.dumps(
-        {"type": type(fact).__name__, "v": FACT_VERSION, "data": to_data(fact)},
-        separators=(",", ":"),
-        sort_keys=True,
-    )
+    return dumps({"type": type(fact).__name__, "v": FACT_VERSION, "data": fact})
 
 
 def load_fact(text: str) -> Fact:
-    raw = json.loads(text)
+    raw = orjson.loads(text)
     cls = FACT_TYPES[raw["type"]]
     fact: Fact = from_data(cls, raw["data"])
     return fact
 
 
 def dump_record(rec: records.Record) -> str:
-    return json.dumps(to_data(rec), separators=(",", ":"), sort_keys=True)
+    return dumps(rec)
 
 
 def load_record(kind: str, text: str) -> records.Record:
-    rec: records.Record = from_data(RECORD_TYPES[kind], json.loads(text))
+    rec: records.Record = from_data(RECORD_TYPES[kind], orjson.loads(text))
     return rec

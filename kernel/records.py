@@ -17,7 +17,8 @@ from kernel.model import Event
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Meta:
-    events: int = 0  # event sequence numbers handed out
+    # The last event sequence number is not kept here: it is the highest event row's
+    # (``State.last_event``), so recording an event rewrites no counter row.
     turns: int = 0
     cards: int = 0
     ticks: Mapping[str, str] = field(default_factory=dict)  # rule -> last schedule tick (ISO)

@@ -28,12 +28,16 @@ class State:
     cards: dict[str, Card] = field(default_factory=dict)
     timers: dict[str, Timer] = field(default_factory=dict)
     actions: dict[str, Action] = field(default_factory=dict)
+    # The highest event seq handed out. Not a record: a replay keeps it as it folds, and
+    # the shell sets it from the store (the highest stored event row) before a decision.
+    last_event: int = 0
 
     def put(self, rec: Record) -> Key:
         if isinstance(rec, Meta):
             self.meta = rec
         elif isinstance(rec, EventRow):
             self.events[rec.seq] = rec
+            self.last_event = max(self.last_event, rec.seq)
         elif isinstance(rec, Matter):
             self.matters[rec.id] = rec
         elif isinstance(rec, Turn):
@@ -80,6 +84,7 @@ class State:
             cards=dict(self.cards),
             timers=dict(self.timers),
             actions=dict(self.actions),
+            last_event=self.last_event,
         )
 
 
@@ -106,7 +111,6 @@ def apply(state: State, fact: f.Fact) -> set[Key]:
 
     if isinstance(fact, f.EventRecorded):
         ev = fact.event
-        touched.add(put(_r(meta, events=max(meta.events, fact.seq))))
         touched.add(
             put(
                 EventRow(

@@ -10,6 +10,7 @@ Domain outcomes (duplicate, refused, unknown card) are replies, never exceptions
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -173,8 +174,11 @@ OWNER_MATTER = "_owner"
 # ------------------------------------------------------------------------------ time
 
 
+@functools.lru_cache(maxsize=256)
 def iso(dt: datetime) -> str:
-    """Fixed-width UTC form, so that stored instants compare as strings."""
+    """Fixed-width UTC form, so that stored instants compare as strings.
+
+    Cached: one decision, or a group of them, formats the same instant many times."""
     return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f+00:00")
 
 
@@ -315,7 +319,7 @@ class _Ctx:
 
         ``create`` names a matter (id, rule, subject, session) the event founds.
         """
-        seq = self.state.meta.events + 1
+        seq = self.state.last_event + 1
         routes: list[str] = []
         new: list[tuple[str, str, str, str]] = [create] if create else []
         if reason:

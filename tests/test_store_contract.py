@@ -8,11 +8,11 @@ from datetime import timedelta
 import pytest
 
 from ghapp.ledger import Ledger
-from ghapp.store.base import DuplicateFact, Store, open_store
+from ghapp.store.base import DuplicateFact, Store, StoreError, open_store
 from kernel import step as k
 from kernel.facts import EventRecorded
 from kernel.model import Event
-from kernel.records import EventRow, Matter, Meta
+from kernel.records import EventRow, Matter
 from tests.kernel_helpers import T0, ev, receipt, rule, rules_of
 
 RULES = rules_of(rule(emits=("ping",)))
@@ -30,8 +30,32 @@ def test_facts_and_records_commit_together(store: Store) -> None:
         assert tx.fact_count() == 1
         m = tx.get("matter", "r")
         assert isinstance(m, Matter) and m.pending == (1,)
-        assert isinstance(tx.get("meta", "counters"), Meta)
+        # Recording an event rewrites no counter row: the last event is the highest row.
+        assert tx.get("meta", "counters") is None
+        assert tx.last_event() == 1
         assert isinstance(tx.get("event", f"{1:012d}"), EventRow)
+    led.decide(k.Ingest(event=ev("2")))
+    with store.read() as tx:
+        assert tx.last_event() == 2
+        assert [e.seq for e in tx.query("event") if isinstance(e, EventRow)] == [1, 2]
+        assert tx.get("event", "nope") is None
+
+
+def test_an_index_column_that_changes_is_found_by_queries(store: Store) -> None:
+    """A record read and written back keeps its index columns right, both when they stay
+    (the data alone is updated) and when they change."""
+    led = ledger(store)
+    led.decide(k.Ingest(event=ev("1")))
+    led.decide(k.Ingest(event=ev("2")))  # read runnable, written back runnable
+    with store.read() as tx:
+        assert [m.id for m in tx.query("matter", states=["runnable"])] == ["r"]
+        m = tx.get("matter", "r")
+        assert isinstance(m, Matter) and m.pending == (1, 2)
+    led.decide(k.Claim(matter="r", worker="w"))  # read runnable, written back running
+    with store.read() as tx:
+        assert tx.query("matter", states=["runnable"]) == []
+        assert [m.id for m in tx.query("matter", states=["running"])] == ["r"]
+    assert led.check() == []
 
 
 def test_a_failed_transaction_leaves_nothing(store: Store) -> None:
@@ -125,3 +149,52 @@ def test_concurrent_writers_never_lose_or_double_an_event(store_url: str) -> Non
     assert ledger(stores[0]).check() == []
     for s in stores:
         s.close()
+
+
+def test_a_schema_1_ledger_is_migrated_on_open(store_url: str) -> None:
+    """Ledgers written before event rows got their own table open as they were."""
+    s = open_store(store_url)
+    led = ledger(s)
+    for i in range(3):
+        led.decide(k.Ingest(event=ev(str(i))))
+    led.decide(k.Claim(matter="r", worker="w"))
+    ph = "?" if store_url.startswith("sqlite") else "%s"
+    with s.write() as tx:  # turn it back into what schema 1 stored
+        cur = tx.cur  # type: ignore[attr-defined]
+        cur.execute("SELECT seq, matter, state, data FROM events")
+        for seq, matter, state, data in cur.fetchall():
+            cur.execute(
+                "INSERT INTO records (kind, id, matter, state, due, data) "
+                "VALUES ('event', ?, ?, ?, '', ?)".replace("?", ph),
+                (f"{int(seq):012d}", matter, state, data),
+            )
+        cur.execute("DELETE FROM events")
+        cur.execute(
+            "UPDATE records SET data = "
+            """'{"cards":0,"events":3,"ticks":{},"turns":1}' WHERE kind = 'meta'"""
+        )
+        cur.execute("UPDATE ledger_info SET v = '1' WHERE k = 'schema'")
+    s.close()
+    again = open_store(store_url)
+    try:
+        led = ledger(again)
+        assert led.check() == []
+        with again.read() as tx:
+            assert tx.last_event() == 3
+            cur = tx.cur  # type: ignore[attr-defined]
+            cur.execute("SELECT count(*) FROM records WHERE kind = 'event'")
+            assert cur.fetchone()[0] == 0
+            cur.execute("SELECT v FROM ledger_info WHERE k = 'schema'")
+            assert cur.fetchone()[0] == "2"
+        assert led.decide(k.Ingest(event=ev("3"))).reply.message.startswith("event 4 recorded")
+    finally:
+        again.close()
+
+
+def test_a_ledger_from_a_newer_autoloop_is_refused(store_url: str) -> None:
+    s = open_store(store_url)
+    with s.write() as tx:
+        tx.cur.execute("UPDATE ledger_info SET v = '99' WHERE k = 'schema'")  # type: ignore[attr-defined]
+    s.close()
+    with pytest.raises(StoreError, match="newer than this autoloop knows"):
+        open_store(store_url)

@@ -8,8 +8,14 @@ Every backend offers the same small interface, checked by one contract test suit
   together; the commit is the acknowledgement.
 - ``store.read()``: a read-only view.
 
-The SQL is shared (:class:`SqlStore`); a backend supplies the connection, the
+The SQL is shared (:class:`SqlTx`); a backend supplies the connection, the
 placeholder style and the lock statement.
+
+Tables: ``facts`` (append-only), ``records`` (the projections: matters, turns, cards,
+timers, actions and the counters, with three index columns) and ``events`` (one row per
+recorded event, keyed by its sequence number). Event rows never change once written and
+are only ever read by number, so they sit in a plain table without secondary indexes:
+recording an event costs one fact, one event row and the matters it joins.
 """
 
 from __future__ import annotations
@@ -20,9 +26,10 @@ from typing import Any, Protocol
 
 from kernel.codec import dump_fact, dump_record, load_fact, load_record
 from kernel.facts import Fact, fact_key
-from kernel.records import Record, index_of
+from kernel.records import EventRow, Record, index_of
 
-SCHEMA_VERSION = 1
+# 1: event rows in ``records``; 2: event rows in their own ``events`` table.
+SCHEMA_VERSION = 2
 
 
 class StoreError(Exception):
@@ -41,6 +48,8 @@ class Tx(Protocol):
     def has_key(self, key: str) -> bool: ...
 
     def has_key_prefix(self, prefix: str) -> bool: ...
+
+    def last_event(self) -> int: ...
 
     def append(self, facts: Sequence[Fact], records: Iterable[Record]) -> list[int]: ...
 
@@ -79,12 +88,20 @@ class Store(Protocol):
     def close(self) -> None: ...
 
 
+Index = tuple[str, str, str]
+
+
 class SqlTx:
-    """Transaction operations over a DB-API cursor; ``ph`` is the placeholder."""
+    """Transaction operations over a DB-API cursor; ``ph`` is the placeholder.
+
+    It remembers the index columns of the records it read, so that writing a record
+    back whose index did not change updates its data alone (no index maintenance).
+    """
 
     def __init__(self, cur: Any, ph: str) -> None:
         self.cur = cur
         self.ph = ph
+        self._seen: dict[tuple[str, str], Index] = {}
 
     def _q(self, sql: str) -> str:
         return sql.replace("?", self.ph)
@@ -101,19 +118,22 @@ class SqlTx:
         )
         return self.cur.fetchone() is not None
 
+    def last_event(self) -> int:
+        """The highest recorded event sequence number (0 when there is none)."""
+        self.cur.execute("SELECT max(seq) FROM events")
+        row = self.cur.fetchone()
+        return 0 if row is None or row[0] is None else int(row[0])
+
     def append(self, facts: Sequence[Fact], records: Iterable[Record]) -> list[int]:
         seqs: list[int] = []
+        sql = self._q(
+            "INSERT INTO facts (at, type, v, fkey, data) VALUES (?, ?, ?, ?, ?) RETURNING seq"
+        )
         for fact in facts:
             key = fact_key(fact)
             at = str(getattr(fact, "at", "") or "")
             try:
-                self.cur.execute(
-                    self._q(
-                        "INSERT INTO facts (at, type, v, fkey, data) VALUES (?, ?, ?, ?, ?) "
-                        "RETURNING seq"
-                    ),
-                    (at, type(fact).__name__, 1, key, dump_fact(fact)),
-                )
+                self.cur.execute(sql, (at, type(fact).__name__, 1, key, dump_fact(fact)))
             except Exception as exc:
                 # The unique index on fkey is the guard (one lookup fewer per fact);
                 # the transaction is abandoned by the caller either way.
@@ -125,11 +145,47 @@ class SqlTx:
         return seqs
 
     def _upsert(self, records: Iterable[Record]) -> None:
-        rows = []
+        events: list[tuple[int, str, str, str]] = []
+        fresh: list[tuple[str, str, str, str, str, str]] = []  # not read in this tx
+        same: list[tuple[str, str, str]] = []  # read, index unchanged: data only
+        moved: list[tuple[str, str, str, str, str, str]] = []  # read, index changed
         for rec in records:
             matter, state, due = index_of(rec)
-            rows.append((rec.kind, rec.id, matter, state, due, dump_record(rec)))
-        if rows:
+            data = dump_record(rec)
+            if isinstance(rec, EventRow):
+                events.append((rec.seq, matter, state, data))
+                continue
+            key = (rec.kind, rec.id)
+            was = self._seen.get(key)
+            if was is None:
+                fresh.append((rec.kind, rec.id, matter, state, due, data))
+            elif was == (matter, state, due):
+                same.append((data, rec.kind, rec.id))
+            else:
+                moved.append((matter, state, due, data, rec.kind, rec.id))
+            self._seen[key] = (matter, state, due)
+        if events:
+            self.cur.executemany(
+                self._q(
+                    "INSERT INTO events (seq, matter, state, data) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT (seq) DO UPDATE SET matter = excluded.matter, "
+                    "state = excluded.state, data = excluded.data"
+                ),
+                events,
+            )
+        if same:
+            self.cur.executemany(
+                self._q("UPDATE records SET data = ? WHERE kind = ? AND id = ?"), same
+            )
+        if moved:
+            self.cur.executemany(
+                self._q(
+                    "UPDATE records SET matter = ?, state = ?, due = ?, data = ? "
+                    "WHERE kind = ? AND id = ?"
+                ),
+                moved,
+            )
+        if fresh:
             self.cur.executemany(
                 self._q(
                     "INSERT INTO records (kind, id, matter, state, due, data) "
@@ -137,13 +193,26 @@ class SqlTx:
                     "matter = excluded.matter, state = excluded.state, due = excluded.due, "
                     "data = excluded.data"
                 ),
-                rows,
+                fresh,
             )
 
     def get(self, kind: str, rid: str) -> Record | None:
-        self.cur.execute(self._q("SELECT data FROM records WHERE kind = ? AND id = ?"), (kind, rid))
+        if kind == "event":
+            seq = _event_seq(rid)
+            if seq is None:
+                return None
+            self.cur.execute(self._q("SELECT data FROM events WHERE seq = ?"), (seq,))
+            row = self.cur.fetchone()
+            return None if row is None else load_record(kind, row[0])
+        self.cur.execute(
+            self._q("SELECT matter, state, due, data FROM records WHERE kind = ? AND id = ?"),
+            (kind, rid),
+        )
         row = self.cur.fetchone()
-        return None if row is None else load_record(kind, row[0])
+        if row is None:
+            return None
+        self._seen[(kind, rid)] = (row[0], row[1], row[2])
+        return load_record(kind, row[3])
 
     def query(
         self,
@@ -154,8 +223,14 @@ class SqlTx:
         due_before: str | None = None,
         limit: int | None = None,
     ) -> list[Record]:
-        sql = "SELECT data FROM records WHERE kind = ?"
-        args: list[Any] = [kind]
+        if kind == "event":
+            sql = "SELECT '', data FROM events WHERE 1 = 1"
+            args: list[Any] = []
+            order = " ORDER BY seq"
+        else:
+            sql = "SELECT id, data, matter, state, due FROM records WHERE kind = ?"
+            args = [kind]
+            order = " ORDER BY id"
         if matter is not None:
             sql += " AND matter = ?"
             args.append(matter)
@@ -163,13 +238,19 @@ class SqlTx:
             sql += " AND state IN (" + ", ".join("?" for _ in states) + ")"
             args.extend(states)
         if due_before is not None:
+            if kind == "event":
+                return []  # events have no due time
             sql += " AND due <> '' AND due <= ?"
             args.append(due_before)
-        sql += " ORDER BY id"
+        sql += order
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
         self.cur.execute(self._q(sql), args)
-        return [load_record(kind, r[0]) for r in self.cur.fetchall()]
+        rows = self.cur.fetchall()
+        if kind != "event":
+            for r in rows:
+                self._seen[(kind, r[0])] = (r[2], r[3], r[4])
+        return [load_record(kind, r[1]) for r in rows]
 
     def facts(self, after: int = 0, limit: int | None = None) -> list[tuple[int, str, Fact]]:
         sql = "SELECT seq, at, data FROM facts WHERE seq > ? ORDER BY seq"
@@ -183,23 +264,79 @@ class SqlTx:
         return int(self.cur.fetchone()[0])
 
     def records(self) -> Iterator[Record]:
-        self.cur.execute("SELECT kind, data FROM records ORDER BY kind, id")
-        for kind, data in self.cur.fetchall():
+        for kind, _, data in self.raw_records():
             yield load_record(kind, data)
 
     def raw_records(self) -> list[tuple[str, str, str]]:
-        self.cur.execute("SELECT kind, id, data FROM records ORDER BY kind, id")
-        return [(str(k), str(i), str(d)) for k, i, d in self.cur.fetchall()]
+        """Every projection row as (kind, id, data), sorted by kind and id."""
+        self.cur.execute("SELECT kind, id, data FROM records")
+        out = [(str(k), str(i), str(d)) for k, i, d in self.cur.fetchall()]
+        self.cur.execute("SELECT seq, data FROM events")
+        out.extend(("event", f"{int(s):012d}", str(d)) for s, d in self.cur.fetchall())
+        out.sort(key=lambda r: (r[0], r[1]))
+        return out
 
     def replace_records(self, records: Iterable[Record]) -> None:
         self.cur.execute("DELETE FROM records")
+        self.cur.execute("DELETE FROM events")
+        self._seen.clear()
         self._upsert(records)
 
     def tamper(self, kind: str, rid: str, data: str) -> None:
         """For tests and drills only: overwrite one projection row behind the fold's back."""
+        if kind == "event":
+            self.cur.execute(
+                self._q("UPDATE events SET data = ? WHERE seq = ?"), (data, _event_seq(rid))
+            )
+            return
         self.cur.execute(
             self._q("UPDATE records SET data = ? WHERE kind = ? AND id = ?"), (data, kind, rid)
         )
+
+
+def _event_seq(rid: str) -> int | None:
+    return int(rid) if rid.isdigit() else None
+
+
+def migrate(cur: Any, ph: str) -> None:
+    """Bring a ledger written by an older autoloop to ``SCHEMA_VERSION`` (in the caller's
+    write transaction, after the tables exist). A newer ledger is refused."""
+
+    def q(sql: str) -> str:
+        return sql.replace("?", ph)
+
+    cur.execute("SELECT v FROM ledger_info WHERE k = 'schema'")
+    row = cur.fetchone()
+    found = int(row[0]) if row is not None else SCHEMA_VERSION
+    if found > SCHEMA_VERSION:
+        raise StoreError(
+            f"this ledger has schema {found}, newer than this autoloop knows "
+            f"({SCHEMA_VERSION}): upgrade autoloop"
+        )
+    if found < 2:
+        # Event rows move from records to events; the counters lose "events" (it is
+        # the highest event row now).
+        cur.execute("SELECT id, matter, state, data FROM records WHERE kind = 'event'")
+        rows = [(int(i), m, st, d) for i, m, st, d in cur.fetchall()]
+        if rows:
+            cur.executemany(
+                q("INSERT INTO events (seq, matter, state, data) VALUES (?, ?, ?, ?)"),
+                rows,
+            )
+        cur.execute("DELETE FROM records WHERE kind = 'event'")
+        cur.execute("SELECT data FROM records WHERE kind = 'meta' AND id = 'counters'")
+        meta = cur.fetchone()
+        if meta is not None:
+            cur.execute(
+                q("UPDATE records SET data = ? WHERE kind = 'meta' AND id = 'counters'"),
+                (dump_record(load_record("meta", meta[0])),),
+            )
+    if row is None:
+        cur.execute(
+            q("INSERT INTO ledger_info (k, v) VALUES ('schema', ?)"), (str(SCHEMA_VERSION),)
+        )
+    elif found != SCHEMA_VERSION:
+        cur.execute(q("UPDATE ledger_info SET v = ? WHERE k = 'schema'"), (str(SCHEMA_VERSION),))
 
 
 def _unique_violation(exc: BaseException) -> bool:

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from ghapp.store.base import SCHEMA_VERSION, SqlTx, StoreError
+from ghapp.store.base import SqlTx, StoreError, migrate
 
 LOCK_ID = 0x6175746F6C6F6F70 & 0x7FFFFFFFFFFFFFFF  # "autoloop"
 
@@ -34,6 +34,12 @@ SCHEMA = [
         due TEXT NOT NULL DEFAULT '',
         data TEXT NOT NULL,
         PRIMARY KEY (kind, id)
+    )""",
+    """CREATE TABLE IF NOT EXISTS events (
+        seq BIGINT PRIMARY KEY,
+        matter TEXT NOT NULL DEFAULT '',
+        state TEXT NOT NULL DEFAULT '',
+        data TEXT NOT NULL
     )""",
     "CREATE INDEX IF NOT EXISTS records_by_state ON records (kind, state, due)",
     "CREATE INDEX IF NOT EXISTS records_by_matter ON records (kind, matter)",
@@ -56,14 +62,15 @@ class PostgresStore:
             self._conn: Any = psycopg.connect(
                 url, autocommit=True, connect_timeout=connect_timeout_s
             )
-            with self._conn.transaction():
-                self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_ID,))
-                for stmt in SCHEMA:
-                    self._conn.execute(stmt)
-                self._conn.execute(
-                    "INSERT INTO ledger_info (k, v) VALUES ('schema', %s) ON CONFLICT DO NOTHING",
-                    (str(SCHEMA_VERSION),),
-                )
+            try:
+                with self._conn.transaction():
+                    self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_ID,))
+                    for stmt in SCHEMA:
+                        self._conn.execute(stmt)
+                    migrate(self._conn.cursor(), "%s")
+            except BaseException:
+                self._conn.close()
+                raise
         except psycopg.Error as exc:
             raise StoreError(
                 f"cannot open the PostgreSQL ledger: {exc}".strip()

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import parse_qs
 
-from ghapp.store.base import SCHEMA_VERSION, SqlTx, StoreError
+from ghapp.store.base import SqlTx, StoreError, migrate
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS facts (
@@ -39,6 +39,12 @@ CREATE TABLE IF NOT EXISTS records (
     due TEXT NOT NULL DEFAULT '',
     data TEXT NOT NULL,
     PRIMARY KEY (kind, id)
+);
+CREATE TABLE IF NOT EXISTS events (
+    seq INTEGER PRIMARY KEY,
+    matter TEXT NOT NULL DEFAULT '',
+    state TEXT NOT NULL DEFAULT '',
+    data TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS records_by_state ON records (kind, state, due);
 CREATE INDEX IF NOT EXISTS records_by_matter ON records (kind, matter);
@@ -87,7 +93,11 @@ class SqliteStore:
             self._conn = sqlite3.connect(
                 str(self.path), timeout=timeout_s, isolation_level=None, check_same_thread=False
             )
-            self._setup(timeout_s)
+            try:
+                self._setup(timeout_s)
+            except BaseException:
+                self._conn.close()
+                raise
         except (sqlite3.Error, OSError) as exc:
             raise StoreError(
                 f"cannot open the ledger at {self.path}: {exc}; check AUTOLOOP_HOME/AUTOLOOP_DB"
@@ -105,10 +115,14 @@ class SqliteStore:
                 self._conn.execute(f"PRAGMA synchronous={'FULL' if self.durable else 'OFF'}")
                 self._conn.execute("PRAGMA foreign_keys=ON")
                 self._conn.executescript(SCHEMA)
-                self._conn.execute(
-                    "INSERT OR IGNORE INTO ledger_info (k, v) VALUES ('schema', ?)",
-                    (str(SCHEMA_VERSION),),
-                )
+                cur = self._conn.cursor()
+                cur.execute("BEGIN IMMEDIATE")
+                try:
+                    migrate(cur, "?")
+                except BaseException:
+                    cur.execute("ROLLBACK")
+                    raise
+                cur.execute("COMMIT")
                 return
             except sqlite3.OperationalError as exc:
                 if "locked" not in str(exc) or time.monotonic() > deadline:
