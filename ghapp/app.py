@@ -134,9 +134,8 @@ def create_app(server: Server) -> Starlette:
                     if e.type == "issue_comment.created":
                         server.on_comment(e)
         dup = all(c == "duplicate" for c in codes)
-        return JSONResponse(
-            {"delivery": delivery, "events": len(events), "duplicate": dup}, status_code=200
-        )
+        answer = {"delivery": delivery, "events": len(events), "duplicate": dup}
+        return Response(orjson.dumps(answer), status_code=200, media_type="application/json")
 
     async def generic_source(request: Request) -> Response:
         source = request.path_params["source"]
@@ -240,6 +239,11 @@ def render_metrics(server: Server) -> str:
     for name, value in sorted(server.metrics.counters.items()):
         lines.append(f"# TYPE autoloop_{name} counter")
         lines.append(f"autoloop_{name} {value}")
+    ingest = server.queue
+    lines.append("# TYPE autoloop_ingest_commits_total counter")
+    lines.append(f"autoloop_ingest_commits_total {ingest.batches}")
+    lines.append("# TYPE autoloop_ingest_requests_total counter")
+    lines.append(f"autoloop_ingest_requests_total {ingest.items}")
     lat = sorted(server.metrics.latencies)
     if lat:
         lines.append("# TYPE autoloop_webhook_ack_seconds summary")

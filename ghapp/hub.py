@@ -90,6 +90,15 @@ def load_rules(home: Path, *, agents: Iterable[str], channels: Iterable[str]) ->
 
 def scrub(value: Any, redact: Redact) -> Any:
     """``value`` with ``redact`` applied to every string in it (dicts, lists, tuples)."""
+    kind = type(value)  # exact types first: decoded JSON holds nothing else
+    if kind is str:
+        return redact(value)
+    if kind is dict:
+        return {k_: scrub(v, redact) for k_, v in value.items()}
+    if kind is list:
+        return [v if type(v) in _PLAIN else scrub(v, redact) for v in value]
+    if kind in _PLAIN:
+        return value
     if isinstance(value, str):
         return redact(value)
     if isinstance(value, Mapping):
@@ -97,6 +106,9 @@ def scrub(value: Any, redact: Redact) -> Any:
     if isinstance(value, list | tuple):
         return type(value)(scrub(v, redact) for v in value)
     return value
+
+
+_PLAIN = (int, float, bool, type(None))
 
 
 class RedactingLedger(Ledger):

@@ -67,6 +67,8 @@ __all__ = ["MIN_VALUE_LENGTH", "Redactor", "is_secret_key", "mask"]
 MIN_VALUE_LENGTH = 8
 _MARK = "[REDACTED:"
 _MAX_DEPTH = 2  # base64 runs are decoded and scanned at most this deep
+_CACHE_TEXT_MAX = 256  # texts up to this length are remembered once redacted
+_CACHE_ENTRIES = 8192  # (at most about 2 MB of text)
 _MAX_PASSES = 4  # scans of text that keeps changing (see Redactor._redact)
 
 J = TypeVar("J")
@@ -327,6 +329,7 @@ class Redactor:
                 continue
             values.update({value, stripped})
         self._values = frozenset(values)
+        self._cache: dict[str, str] = {}
         #: how many given values are not masked: shorter than MIN_VALUE_LENGTH, or part
         #: of the mask text itself (a value such as "ED:value" would be masked forever)
         self.skipped = skipped
@@ -364,8 +367,21 @@ class Redactor:
         return Redactor([*self._values, *extra_values])
 
     def redact(self, text: str) -> str:
-        """``text`` with every secret replaced by ``[REDACTED:<kind>]``."""
-        return self._redact(text, 0)
+        """``text`` with every secret replaced by ``[REDACTED:<kind>]``.
+
+        Short texts are remembered: webhook details repeat the same names, logins, labels
+        and links delivery after delivery, and redaction depends on nothing but the text.
+        """
+        if len(text) > _CACHE_TEXT_MAX:
+            return self._redact(text, 0)
+        cache = self._cache
+        done = cache.get(text)
+        if done is None:
+            done = self._redact(text, 0)
+            if len(cache) >= _CACHE_ENTRIES:
+                cache.clear()  # bounded: at most _CACHE_ENTRIES short texts
+            cache[text] = done
+        return done
 
     def redact_bytes(self, data: bytes) -> bytes:
         """Like :meth:`redact` for UTF-8 bytes; bytes that are not UTF-8 pass through as-is."""

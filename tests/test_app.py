@@ -96,3 +96,6 @@ def test_healthz_and_metrics_answer(tmp_path: Path) -> None:
         text = httpx.get(f"{live.url}/metrics").text
         assert "autoloop_webhook_deliveries_total 1" in text
         assert "autoloop_ledger_up 1" in text
+        # group commit: one request went through one ledger commit
+        assert "autoloop_ingest_requests_total 1" in text
+        assert "autoloop_ingest_commits_total 1" in text

@@ -377,3 +377,20 @@ def test_githubs_own_webhook_examples_come_through_unchanged() -> None:
     assert len(examples) >= 50
     changed = [p.name for p in examples if REDACTOR.redact(p.read_text()) != p.read_text()]
     assert changed == []
+
+
+def test_remembered_short_texts_give_the_same_answer_and_the_memory_is_bounded() -> None:
+    from ghapp import redact as module
+
+    secret = "s3cr3t-" + "q" * 20
+    r = Redactor([secret])
+    texts = [f"token {secret} number {i}" for i in range(50)] + ["plain words", "x" * 300]
+    first = [r.redact(t) for t in texts]
+    again = [r.redact(t) for t in texts]  # answered from memory where short enough
+    assert first == again
+    assert all(secret not in out for out in first)
+    assert first == [Redactor([secret]).redact(t) for t in texts]
+    assert "x" * 300 not in r._cache  # long texts are not remembered
+    for i in range(module._CACHE_ENTRIES + 10):
+        r.redact(f"filler {i}")
+    assert len(r._cache) <= module._CACHE_ENTRIES

@@ -80,8 +80,13 @@ Details = dict[str, Any]
 # --------------------------------------------------------------------------- lenient readers
 
 
+_EMPTY: Mapping[str, Any] = {}
+
+
 def _m(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
+    if type(value) is dict:  # what a decoded payload holds: skip the ABC check
+        return value
+    return value if isinstance(value, Mapping) else _EMPTY
 
 
 def _s(value: object) -> str | None:
