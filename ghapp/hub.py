@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import socket
 import threading
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -31,6 +33,11 @@ from kernel.records import Action, Card, EventRow, Matter, Turn
 from kernel.rules import parse_rules
 
 Redact = Callable[[str], str]
+# How long a hub's claim on one write-back lasts: longer than any one attempt (every
+# GitHub call has a timeout, and reads are retried a few times), so that another hub
+# takes over only from one that died mid-attempt. The taker reads back before writing.
+ACTION_CLAIM_S = 300
+
 # A claim lasts the rule's timeout_s plus this margin, and is renewed by heartbeats while
 # the agent runs; AUTOLOOP_LEASE_MARGIN_S changes it (tests, or workers on slow links).
 LEASE_MARGIN_S = 120.0
@@ -215,6 +222,9 @@ class Hub:
         self.on_turn = on_turn
         self._performing: set[str] = set()  # actions being performed by this process now
         self._performing_lock = threading.Lock()
+        # Who performs write-backs here: another hub on the same ledger (a replica) is
+        # refused an action while this one's claim on it is live.
+        self.performer = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.lease_margin_s = lease_margin_s
 
     # -- inputs ---------------------------------------------------------------------------
@@ -476,7 +486,14 @@ class Hub:
             )
             self._after(out)  # the failure's notice card goes out now
             return
-        self.ledger.decide(k.ActionTried(action=action.id))
+        claim = self.ledger.decide(
+            k.ActionTried(action=action.id, by=self.performer, lease_s=ACTION_CLAIM_S)
+        )
+        if not claim.reply.ok:
+            return  # done meanwhile, or another hub is performing it now
+        # The count at claim time, under the ledger's write lock: more than 0 tells the
+        # executor that an earlier attempt may have landed, so it reads back first.
+        action = replace(action, attempts=int(claim.reply.data.get("attempts", action.attempts)))
         try:
             result = executor.perform(action)
         except ActionFailed as exc:

@@ -167,6 +167,8 @@ class ActionAttempted:
     action: str
     at: str
     error: str = ""
+    by: str = ""  # the performer that claimed it (empty: released, or no claim)
+    until: str = ""  # the claim holds until then
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -150,6 +150,8 @@ class Action:
     result: Mapping[str, Any] = field(default_factory=dict)
     attempts: int = 0
     error: str = ""
+    claimed_by: str = ""  # the performer attempting it now (one at a time, across hubs)
+    claim_until: str = ""
 
     kind = "action"
 

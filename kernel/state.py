@@ -345,13 +345,26 @@ def apply(state: State, fact: f.Fact) -> set[Key]:
 
     if isinstance(fact, f.ActionAttempted):
         a = _need(state.actions, fact.action, "action")
-        touched.add(put(_r(a, attempts=a.attempts + 1, error=fact.error)))
+        if fact.error:  # a failed attempt: the error is recorded and the claim released
+            a = _r(a, attempts=a.attempts + 1, error=fact.error, claimed_by="", claim_until="")
+        else:
+            a = _r(a, attempts=a.attempts + 1, claimed_by=fact.by, claim_until=fact.until)
+        touched.add(put(a))
         return touched
 
     if isinstance(fact, f.ActionCompleted):
         a = _need(state.actions, fact.action, "action")
         touched.add(
-            put(_r(a, status="done" if fact.ok else "failed", result=fact.result, error=fact.error))
+            put(
+                _r(
+                    a,
+                    status="done" if fact.ok else "failed",
+                    result=fact.result,
+                    error=fact.error,
+                    claimed_by="",
+                    claim_until="",
+                )
+            )
         )
         return touched
 

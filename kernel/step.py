@@ -97,8 +97,14 @@ class Delivered:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ActionTried:
+    """Before a write-back is attempted (``error`` empty): claim it for ``by`` for
+    ``lease_s`` seconds, refused while another performer's claim is live. After a failed
+    attempt (``error`` set): record the error and release the claim."""
+
     action: str
     error: str = ""
+    by: str = ""  # who performs it (a hub process); empty: no claim is taken
+    lease_s: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -781,10 +787,26 @@ def _delivered(ctx: _Ctx, inp: Any) -> Reply:
 
 
 def _action_tried(ctx: _Ctx, inp: Any) -> Reply:
-    if inp.action not in ctx.state.actions:
+    a = ctx.state.actions.get(inp.action)
+    if a is None:
         return Reply(ok=False, code="unknown", message=f"no action {inp.action!r}")
-    ctx.emit(f.ActionAttempted(action=inp.action, at=ctx.at, error=inp.error))
-    return Reply(ok=True, code="recorded")
+    if inp.error:
+        ctx.emit(f.ActionAttempted(action=a.id, at=ctx.at, error=inp.error))
+        return Reply(ok=True, code="recorded")
+    if inp.by:
+        if a.status != "allowed":
+            return Reply(ok=False, code="not_allowed", message=f"action {a.id} is {a.status}")
+        if a.claimed_by and a.claimed_by != inp.by and a.claim_until > ctx.at:
+            return Reply(
+                ok=False,
+                code="busy",
+                message=f"action {a.id} is being performed by {a.claimed_by} "
+                f"(claimed until {a.claim_until})",
+            )
+    until = iso(ctx.now + timedelta(seconds=inp.lease_s)) if inp.by else ""
+    ctx.emit(f.ActionAttempted(action=a.id, at=ctx.at, by=inp.by, until=until))
+    # attempts made before this one: more than 0 means an earlier one may have landed
+    return Reply(ok=True, code="recorded", data={"attempts": a.attempts})
 
 
 def _action_done(ctx: _Ctx, inp: Any) -> Reply:

@@ -188,6 +188,36 @@ def test_actions_follow_allow_approve_and_refuse_the_rest() -> None:
     assert [e.action for e in d2.effects if isinstance(e, k.PerformAction)] == [f"{t1}.a1"]
 
 
+def test_one_performer_at_a_time_claims_a_write_back() -> None:
+    kn = Kernel(rules_of(rule(allow=("github.comment",))))
+    kn.step(k.Ingest(event=ev("1")))
+    t1 = kn.claim("r")
+    assert t1
+    body = {"actions": [{"do": "github.comment", "repo": "o/r", "number": 1, "body": "hi"}]}
+    kn.finish(t1, receipt(json.dumps(body)))
+    aid = f"{t1}.a0"
+
+    def tried(by: str, error: str = "") -> k.Reply:
+        return kn.step(k.ActionTried(action=aid, by=by, lease_s=60, error=error)).reply
+
+    first = tried("hub-a")
+    assert (first.ok, first.data["attempts"]) == (True, 0)
+    busy = tried("hub-b")  # hub-a's claim is live: hub-b must not write
+    assert (busy.ok, busy.code) == (False, "busy") and "hub-a" in busy.message
+    kn.advance(seconds=61)  # hub-a died mid-attempt: its claim lapses
+    taken = tried("hub-b")
+    assert taken.ok and taken.data["attempts"] == 1  # 1: read back before writing
+    assert tried("", error="timed out").ok  # the failure releases the claim
+    assert kn.state.actions[aid].claimed_by == ""
+    again = tried("hub-a")
+    assert again.ok and again.data["attempts"] == 3
+    kn.step(k.ActionDone(action=aid, ok=True))
+    late = tried("hub-b")
+    assert (late.ok, late.code) == (False, "not_allowed")
+    assert kn.state.actions[aid].claimed_by == ""
+    assert kn.replayed().records() == kn.state.records()
+
+
 def test_late_receipt_from_an_old_claim_is_refused() -> None:
     kn = Kernel(rules_of(rule(timeout_s=60)))
     kn.step(k.Ingest(event=ev("1")))

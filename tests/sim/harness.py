@@ -470,8 +470,25 @@ class Simulation:
             if not allowed:
                 return
             act: Action = self.pick(allowed)
-            error = rnd.choice(("", "", "read timed out"))
-            self.expect(self.decide(k.ActionTried(action=act.id, error=error)), "recorded")
+            # Two hubs share the ledger: a claim is refused while the other's is live.
+            performer = rnd.choice(("hub-a", "hub-b"))
+            claim = self.decide(k.ActionTried(action=act.id, by=performer, lease_s=600))
+            self.expect(claim, "recorded", "busy")
+            if claim is None:
+                return  # the decision was lost in a crash
+            if claim.code == "busy":
+                self.faults["action_claim_busy"] += 1
+                return
+            roll = rnd.random()
+            if roll < 0.1:
+                self.faults["performer_died_mid_attempt"] += 1  # its claim lapses later
+                return
+            if roll < 0.3:
+                self.moves["action attempt failed"] += 1
+                self.expect(
+                    self.decide(k.ActionTried(action=act.id, error="read timed out")), "recorded"
+                )
+                return
             ok = rnd.random() < 0.85
             self.moves["action done" if ok else "action failed"] += 1
             self.expect(
