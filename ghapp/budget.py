@@ -12,15 +12,17 @@ is never stopped by the cap (a rule's own ``budget_usd`` limits one turn).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, time, timedelta
+from typing import Protocol
 from zoneinfo import ZoneInfo
 
+from kernel import facts as f
 from kernel import step as k
 from kernel.model import Rules
 from kernel.records import Turn
 
-__all__ = ["Usage", "cap_notice", "day_bounds", "usage_between"]
+__all__ = ["Usage", "UsageMeter", "cap_notice", "day_bounds", "usage_between"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,3 +78,51 @@ def cap_notice(rules: Rules, now: datetime, used: Usage) -> k.OwnerNotice | None
             f"you raise the cap in {rules.path}. 'autoloop status' shows the spend."
         ),
     )
+
+
+class FactReader(Protocol):  # the part of a store transaction the meter reads
+    def facts(
+        self, after: int = 0, limit: int | None = None, *, types: tuple[str, ...] = ()
+    ) -> list[tuple[int, str, f.Fact]]: ...
+
+
+@dataclass(slots=True)
+class _Spent:
+    started: str
+    tokens: int = 0
+    usd: float = 0.0
+
+
+@dataclass
+class UsageMeter:
+    """What recent turns reported, kept up to date from the facts appended since the
+    last look: a claim reads the few turn facts that are new, not every turn ever run.
+
+    Turns that started more than ``keep_days`` before the day asked about are dropped.
+    """
+
+    keep_days: int = 7
+    after: int = 0  # the last fact seq read
+    turns: dict[str, _Spent] = field(default_factory=dict)
+
+    def refresh(self, tx: FactReader) -> None:
+        for seq, _, fact in tx.facts(self.after, types=("TurnStarted", "TurnFinished")):
+            if isinstance(fact, f.TurnStarted):
+                self.turns[fact.turn] = _Spent(fact.at)
+            elif isinstance(fact, f.TurnFinished) and (spent := self.turns.get(fact.turn)):
+                spent.tokens, spent.usd = fact.tokens or 0, fact.cost_usd or 0.0
+            self.after = max(self.after, seq)
+
+    def usage(self, start: str, end: str) -> Usage:
+        """Turns started in [start, end) and what they reported."""
+        keep = k.iso(datetime.fromisoformat(start) - timedelta(days=self.keep_days))
+        for tid in [t for t, spent in self.turns.items() if spent.started < keep]:
+            del self.turns[tid]
+        n = tokens = 0
+        cost = 0.0
+        for spent in self.turns.values():
+            if start <= spent.started < end:
+                n += 1
+                tokens += spent.tokens
+                cost += spent.usd
+        return Usage(turns=n, tokens=tokens, cost_usd=cost)

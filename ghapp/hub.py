@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from ghapp.budget import cap_notice, day_bounds, usage_between
+from ghapp.budget import UsageMeter, cap_notice, day_bounds
 from ghapp.ledger import Ledger, Outcome
 from ghapp.store.base import Store
 from ghapp.turns import prepare, run_agent, stop_leftovers
@@ -226,6 +226,8 @@ class Hub:
         # refused an action while this one's claim on it is live.
         self.performer = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.lease_margin_s = lease_margin_s
+        self._usage = UsageMeter()  # today's spend, read incrementally from the facts
+        self._usage_lock = threading.Lock()
 
     # -- inputs ---------------------------------------------------------------------------
 
@@ -307,10 +309,11 @@ class Hub:
             return False
         now = self.clock()
         _, start, end = day_bounds(now, rules.timezone)
-        with self.store.read() as tx:
-            turns = [t for t in tx.query("turn") if isinstance(t, Turn)]
+        with self._usage_lock, self.store.read() as tx:
+            self._usage.refresh(tx)
+            used = self._usage.usage(start, end)
             told = {c.key for c in tx.query("card", matter=k.OWNER_MATTER) if isinstance(c, Card)}
-        notice = cap_notice(rules, now, usage_between(turns, start, end))
+        notice = cap_notice(rules, now, used)
         if notice is None:
             return False
         if notice.key not in told:

@@ -14,10 +14,14 @@ from typing import Any
 
 import pytest
 
-from ghapp.budget import Usage, cap_notice, day_bounds, usage_between
+from ghapp.budget import Usage, UsageMeter, cap_notice, day_bounds, usage_between
+from ghapp.ledger import Ledger
+from ghapp.store.base import open_store
+from kernel import step as k
 from kernel.records import Turn
 from kernel.rules import parse_rules
 from tests.hub_cli import Home, fake_agent
+from tests.kernel_helpers import T0, ev, rule, rules_of
 
 # 18:00 in Shanghai on 30 November; 01:00 on 1 December there is 17:00 UTC.
 MORNING = "2026-11-30T10:00:00+00:00"
@@ -157,3 +161,41 @@ def test_the_cap_notice_names_what_was_reached_and_is_none_under_the_caps() -> N
     both = cap_notice(rules, now, Usage(turns=3, tokens=100, cost_usd=1.0))
     assert both is not None and both.key == "budget/2026-11-30"
     assert "$1.00 of max_usd_per_day $1" in both.text and "100 tokens of" in both.text
+
+
+def test_the_usage_meter_reads_only_new_turn_facts_and_agrees_with_the_turns(
+    tmp_path: Path,
+) -> None:
+    """Over a real ledger: each refresh reads the turn facts appended since the last one,
+    and the sums equal those over the turn records."""
+    rules = rules_of(rule(parallel=True))
+    store = open_store(f"sqlite:///{tmp_path / 'ledger.db'}")
+    led = Ledger(store, lambda: rules, lambda: T0)
+    meter = UsageMeter()
+    _, start, end = day_bounds(T0, "UTC")
+
+    def run_turn(n: int, tokens: int, usd: float) -> None:
+        led.decide(k.Ingest(event=ev(str(n), subject=f"s{n}")))
+        turn = str(led.decide(k.Claim(matter=f"r/s{n}", worker="w")).reply.data["turn"])
+        out = k.AgentOutcome(started=True, ok=True, final_message="", tokens=tokens, cost_usd=usd)
+        led.decide(k.Finish(turn=turn, fence=n, outcome=out))
+
+    try:
+        run_turn(1, 10, 0.25)
+        with store.read() as tx:
+            meter.refresh(tx)
+        assert meter.usage(start, end) == Usage(turns=1, tokens=10, cost_usd=0.25)
+        seen = meter.after
+        run_turn(2, 5, 0.5)
+        with store.read() as tx:
+            assert len(tx.facts(seen, types=("TurnStarted", "TurnFinished"))) == 2
+            meter.refresh(tx)
+            turns = [t for t in tx.query("turn") if isinstance(t, Turn)]
+        assert meter.usage(start, end) == usage_between(turns, start, end)
+        assert meter.usage(start, end) == Usage(turns=2, tokens=15, cost_usd=0.75)
+        # a day far later: the old turns are dropped from memory
+        _, later, later_end = day_bounds(datetime(2026, 12, 30, tzinfo=UTC), "UTC")
+        assert meter.usage(later, later_end) == Usage()
+        assert meter.turns == {}
+    finally:
+        store.close()

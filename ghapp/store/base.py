@@ -65,7 +65,9 @@ class Tx(Protocol):
         limit: int | None = None,
     ) -> list[Record]: ...
 
-    def facts(self, after: int = 0, limit: int | None = None) -> list[tuple[int, str, Fact]]: ...
+    def facts(
+        self, after: int = 0, limit: int | None = None, *, types: tuple[str, ...] = ()
+    ) -> list[tuple[int, str, Fact]]: ...
 
     def fact_count(self) -> int: ...
 
@@ -252,11 +254,19 @@ class SqlTx:
                 self._seen[(kind, r[0])] = (r[2], r[3], r[4])
         return [load_record(kind, r[1]) for r in rows]
 
-    def facts(self, after: int = 0, limit: int | None = None) -> list[tuple[int, str, Fact]]:
-        sql = "SELECT seq, at, data FROM facts WHERE seq > ? ORDER BY seq"
+    def facts(
+        self, after: int = 0, limit: int | None = None, *, types: tuple[str, ...] = ()
+    ) -> list[tuple[int, str, Fact]]:
+        """Facts after seq ``after`` in order; only those of ``types`` when given."""
+        sql = "SELECT seq, at, data FROM facts WHERE seq > ?"
+        args: list[Any] = [after]
+        if types:
+            sql += " AND type IN (" + ", ".join("?" for _ in types) + ")"
+            args.extend(types)
+        sql += " ORDER BY seq"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
-        self.cur.execute(self._q(sql), (after,))
+        self.cur.execute(self._q(sql), args)
         return [(int(s), str(a), load_fact(d)) for s, a, d in self.cur.fetchall()]
 
     def fact_count(self) -> int:
