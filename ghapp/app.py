@@ -65,6 +65,10 @@ class Server:
     on_comment: Callable[[Event], None] | None = None
 
 
+class _BadBody(ValueError):
+    """A webhook body that is not a JSON object (answered 400)."""
+
+
 def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
@@ -106,22 +110,32 @@ def create_app(server: Server) -> Starlette:
         delivery = request.headers.get("x-github-delivery", "")
         if not name or not delivery:
             return _error(400, "missing X-GitHub-Event or X-GitHub-Delivery header")
-        try:
-            payload = orjson.loads(body)
-        except ValueError:
-            return _error(400, "body is not JSON: send application/json payloads")
-        if not isinstance(payload, dict):
-            return _error(400, "body must be a JSON object")
-        events = translate(name, delivery, payload, app_slug=server.app_slug, app_id=server.app_id)
-        inputs: list[k.Input]
-        if events:
-            inputs = [k.Ingest(event=e) for e in events]
-        else:
+        found: list[Event] = []
+
+        def prepare() -> list[k.Input]:
+            # runs in the ingest writer, beside the rest of its group's work
+            try:
+                payload = orjson.loads(body)
+            except ValueError:
+                raise _BadBody("body is not JSON: send application/json payloads") from None
+            if not isinstance(payload, dict):
+                raise _BadBody("body must be a JSON object")
+            events = translate(
+                name, delivery, payload, app_slug=server.app_slug, app_id=server.app_id
+            )
+            found.extend(events)
+            if events:
+                return [k.Ingest(event=e) for e in events]
             action = payload.get("action")
             etype = f"{name}.{action}" if isinstance(action, str) else name
             own = Event(source="github", id=delivery, type=etype, subject="github")
-            inputs = [k.Ingest(event=own, ignore="caused by this app")]
-        outs = await server.queue.submit(inputs)
+            return [k.Ingest(event=own, ignore="caused by this app")]
+
+        try:
+            outs = await server.queue.submit(prepare)
+        except _BadBody as exc:
+            return _error(400, str(exc))
+        events = found
         codes = [o.reply.code for o in outs]
         m.inc("webhook_deliveries_total")
         m.inc("events_recorded_total", codes.count("recorded"))

@@ -5,10 +5,11 @@ writer thread takes everything queued (up to ``max_batch``), decides it in a sin
 ledger transaction, and only after the commit resolves each request's future. So every
 2xx still means "committed", while one fsync covers a whole burst.
 
-Under load (the last commit held more than one request) the writer waits ``gather_s``
-(half a millisecond) before taking the next group, so that requests already on their
-way join it: a commit has a fixed cost (its pages, its fsync) that a bigger group
-shares. A request arriving alone is committed at once.
+Under load (the last commit held more than one request) the writer lets the requests on
+their way join the next group: it waits while more keep arriving, at most ``gather_s``
+(2 ms). A commit has a fixed cost (its pages, its fsync) that a bigger group shares. A
+request arriving alone is committed at once. The writer also parses and translates the
+webhook bodies of its group (``submit`` of a function), next to the rest of their work.
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ from dataclasses import dataclass
 from ghapp.ledger import Ledger, Outcome
 from kernel import step as k
 
+Prepare = Callable[[], list[k.Input]]
+
 
 @dataclass
 class _Item:
-    inputs: list[k.Input]
+    inputs: list[k.Input] | Prepare
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[list[Outcome]]
 
@@ -38,7 +41,8 @@ class IngestQueue:
         *,
         max_batch: int = 256,
         on_commit: Callable[[list[Outcome]], None] | None = None,
-        gather_s: float = 0.0005,
+        gather_s: float = 0.002,
+        gather_step_s: float = 0.0003,
     ) -> None:
         self.ledger = ledger
         self.max_batch = max_batch
@@ -48,6 +52,7 @@ class IngestQueue:
         self.batches = 0
         self.items = 0
         self.gather_s = gather_s
+        self.gather_step_s = gather_step_s
         self._last_size = 0
 
     def start(self) -> None:
@@ -57,7 +62,11 @@ class IngestQueue:
         self._q.put(None)
         self._thread.join(timeout=10)
 
-    async def submit(self, inputs: list[k.Input]) -> list[Outcome]:
+    async def submit(self, inputs: list[k.Input] | Prepare) -> list[Outcome]:
+        """Commit ``inputs``, or what ``inputs()`` returns when it is a function: the
+        writer then calls it first (a webhook's parsing and translation run there, next
+        to the rest of the group's work). What it raises is raised here, and the rest of
+        the group commits without it."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[list[Outcome]] = loop.create_future()
         self._q.put(_Item(inputs, loop, fut))
@@ -69,10 +78,7 @@ class IngestQueue:
             if first is None:
                 return
             if self._last_size > 1:
-                # Under load: give the requests already on their way a moment to join
-                # this commit. One commit's fixed cost (its pages, its fsync) then covers
-                # more of them. A lone request (light load) is committed at once.
-                time.sleep(self.gather_s)
+                self._gather()
             batch = [first]
             stop = False
             while len(batch) < self.max_batch:
@@ -89,8 +95,34 @@ class IngestQueue:
             if stop:
                 return
 
+    def _gather(self) -> None:
+        """Under load (the last commit held more than one request), let the requests on
+        their way join this commit: wait while more keep arriving, up to ``gather_s``.
+        One commit's fixed cost (its pages, its fsync) is then shared by more of them.
+        When nothing arrives for ``gather_step_s`` the server is idle: commit at once."""
+        deadline = time.monotonic() + self.gather_s
+        seen = self._q.qsize()
+        while time.monotonic() < deadline and seen < self.max_batch:
+            time.sleep(self.gather_step_s)
+            now = self._q.qsize()
+            if now == seen:
+                return
+            seen = now
+
     def _commit(self, batch: list[_Item]) -> None:
-        flat = [inp for item in batch for inp in item.inputs]
+        ready: list[_Item] = []
+        for item in batch:
+            if callable(item.inputs):
+                try:
+                    item.inputs = item.inputs()
+                except Exception as exc:
+                    item.loop.call_soon_threadsafe(_set_exc, item.future, exc)
+                    continue
+            ready.append(item)
+        if not ready:
+            return
+        batch = ready
+        flat = [inp for item in batch for inp in item.inputs]  # type: ignore[union-attr]
         try:
             outs = self.ledger.decide_many(flat)
         except Exception as exc:
@@ -110,8 +142,9 @@ class IngestQueue:
         ] = {}
         i = 0
         for item in batch:
-            mine = outs[i : i + len(item.inputs)]
-            i += len(item.inputs)
+            n = len(item.inputs)  # type: ignore[arg-type]
+            mine = outs[i : i + n]
+            i += n
             by_loop.setdefault(item.loop, []).append((item.future, mine))
         for loop, done in by_loop.items():
             loop.call_soon_threadsafe(_set_results, done)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
@@ -198,3 +199,37 @@ def test_a_ledger_from_a_newer_autoloop_is_refused(store_url: str) -> None:
     s.close()
     with pytest.raises(StoreError, match="newer than this autoloop knows"):
         open_store(store_url)
+
+
+def test_a_group_of_ingests_decides_as_one_by_one_does(store_url: str, tmp_path: Path) -> None:
+    """decide_many of events (the webhook path: one read, one write for the group) leaves
+    the same facts and records as deciding them one at a time, duplicates included, and
+    a group too big for one statement takes the long way with the same result."""
+    rules = rules_of(rule(parallel=True))
+    events = [ev(str(i % 7 if i % 5 == 0 else i), subject=f"s{i % 4}") for i in range(40)]
+    grouped = open_store(store_url)
+    single = open_store(f"sqlite:///{tmp_path / 'single.db'}")
+    try:
+        g = Ledger(grouped, lambda: rules, lambda: T0)
+        s = Ledger(single, lambda: rules, lambda: T0)
+        replies_g = []
+        for start in (0, 3, 11, 25):  # uneven groups
+            end = {0: 3, 3: 11, 11: 25, 25: 40}[start]
+            replies_g += [
+                o.reply for o in g.decide_many([k.Ingest(event=e) for e in events[start:end]])
+            ]
+        replies_s = [s.decide(k.Ingest(event=e)).reply for e in events]
+        assert [r.code for r in replies_g] == [r.code for r in replies_s]
+        assert [r.message for r in replies_g] == [r.message for r in replies_s]
+        assert "duplicate" in [r.code for r in replies_g]
+        big = [ev(f"big-{i}", subject=f"s{i % 600}") for i in range(1000)]
+        g.decide_many([k.Ingest(event=e) for e in big])
+        for e in big:
+            s.decide(k.Ingest(event=e))
+        with grouped.read() as a, single.read() as b:
+            assert [f for _, _, f in a.facts()] == [f for _, _, f in b.facts()]
+            assert a.raw_records() == b.raw_records()
+        assert g.check() == []
+    finally:
+        grouped.close()
+        single.close()

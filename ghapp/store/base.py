@@ -51,6 +51,10 @@ class Tx(Protocol):
 
     def last_event(self) -> int: ...
 
+    def ingest_view(
+        self, keys: Sequence[str], matters: Sequence[str]
+    ) -> tuple[set[str], int, list[Record]]: ...
+
     def append(self, facts: Sequence[Fact], records: Iterable[Record]) -> list[int]: ...
 
     def get(self, kind: str, rid: str) -> Record | None: ...
@@ -91,6 +95,14 @@ class Store(Protocol):
 
 
 Index = tuple[str, str, str]
+_MAX_PARAMS = 900  # bound parameters in one statement (SQLite allows at least 999)
+# Tagged rows: k = a stored fact key, e = the last event seq, r = a record.
+_INGEST_VIEW = (
+    "SELECT 'k', fkey, '', '', '', '', '' FROM facts WHERE fkey IN ({keys}) "
+    "UNION ALL SELECT 'e', CAST(max(seq) AS TEXT), '', '', '', '', '' FROM events "
+    "UNION ALL SELECT 'r', kind, id, matter, state, due, data FROM records "
+    "WHERE (kind = 'meta' AND id = 'counters') OR (kind = 'matter' AND id IN ({ids}))"
+)
 
 
 class SqlTx:
@@ -125,6 +137,35 @@ class SqlTx:
         self.cur.execute("SELECT max(seq) FROM events")
         row = self.cur.fetchone()
         return 0 if row is None or row[0] is None else int(row[0])
+
+    def ingest_view(
+        self, keys: Sequence[str], matters: Sequence[str]
+    ) -> tuple[set[str], int, list[Record]]:
+        """What recording events needs, in one statement (one round trip): which of the
+        fact ``keys`` are stored already, the last event seq, and the counters record
+        with the named matters' records."""
+        keys, matters = list(dict.fromkeys(keys)), list(dict.fromkeys(matters))
+        found: set[str] = set()
+        recs: list[Record] = []
+        if len(keys) + len(matters) > _MAX_PARAMS:  # far beyond one group commit
+            found.update(key for key in keys if self.has_key(key))
+            recs.extend(r for r in (self.get("meta", "counters"),) if r is not None)
+            recs.extend(r for mid in matters if (r := self.get("matter", mid)) is not None)
+            return found, self.last_event(), recs
+        marks = ", ".join("?" for _ in keys) or "NULL"
+        mids = ", ".join("?" for _ in matters) or "NULL"
+        sql = _INGEST_VIEW.replace("{keys}", marks).replace("{ids}", mids)
+        self.cur.execute(self._q(sql), [*keys, *matters])
+        last = 0
+        for tag, a, b, c, d, e, data in self.cur.fetchall():
+            if tag == "k":
+                found.add(a)
+            elif tag == "e":
+                last = int(a) if a is not None else 0
+            else:
+                self._seen[(a, b)] = (c, d, e)
+                recs.append(load_record(a, data))
+        return found, last, recs
 
     def append(self, facts: Sequence[Fact], records: Iterable[Record]) -> list[int]:
         seqs: list[int] = []
