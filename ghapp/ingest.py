@@ -6,10 +6,11 @@ ledger transaction, and only after the commit resolves each request's future. So
 2xx still means "committed", while one fsync covers a whole burst.
 
 Under load (the last commit held more than one request) the writer lets the requests on
-their way join the next group: it waits while more keep arriving, at most ``gather_s``
-(2 ms). A commit has a fixed cost (its pages, its fsync) that a bigger group shares. A
-request arriving alone is committed at once. The writer also parses and translates the
-webhook bodies of its group (``submit`` of a function), next to the rest of their work.
+their way join the next group: it waits until the event loop has run what it had ready,
+at most ``gather_s`` (2 ms). A commit has a fixed cost (its pages, its fsync) that a
+bigger group shares. A request arriving alone is committed at once. The writer also
+parses and translates the webhook bodies of its group (``submit`` of a function), next
+to the rest of their work.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -42,7 +42,6 @@ class IngestQueue:
         max_batch: int = 256,
         on_commit: Callable[[list[Outcome]], None] | None = None,
         gather_s: float = 0.002,
-        gather_step_s: float = 0.0003,
     ) -> None:
         self.ledger = ledger
         self.max_batch = max_batch
@@ -52,7 +51,6 @@ class IngestQueue:
         self.batches = 0
         self.items = 0
         self.gather_s = gather_s
-        self.gather_step_s = gather_step_s
         self._last_size = 0
 
     def start(self) -> None:
@@ -78,7 +76,7 @@ class IngestQueue:
             if first is None:
                 return
             if self._last_size > 1:
-                self._gather()
+                self._gather(first.loop)
             batch = [first]
             stop = False
             while len(batch) < self.max_batch:
@@ -95,19 +93,22 @@ class IngestQueue:
             if stop:
                 return
 
-    def _gather(self) -> None:
-        """Under load (the last commit held more than one request), let the requests on
-        their way join this commit: wait while more keep arriving, up to ``gather_s``.
-        One commit's fixed cost (its pages, its fsync) is then shared by more of them.
-        When nothing arrives for ``gather_step_s`` the server is idle: commit at once."""
-        deadline = time.monotonic() + self.gather_s
-        seen = self._q.qsize()
-        while time.monotonic() < deadline and seen < self.max_batch:
-            time.sleep(self.gather_step_s)
-            now = self._q.qsize()
-            if now == seen:
-                return
-            seen = now
+    def _gather(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Under load (the last commit held more than one request), let the requests the
+        event loop is reading now join this commit: wait until the loop has run what it
+        had ready (a marker queued behind it, three callbacks deep), at most
+        ``gather_s``. One commit's fixed cost (its pages, its fsync) is then shared by
+        more requests, and the loop is not left idle waiting for a fixed delay."""
+        done = threading.Event()
+
+        def mark() -> None:
+            loop.call_soon(loop.call_soon, done.set)
+
+        try:
+            loop.call_soon_threadsafe(mark)
+        except RuntimeError:  # the loop is closed: nothing more will arrive from it
+            return
+        done.wait(self.gather_s)
 
     def _commit(self, batch: list[_Item]) -> None:
         ready: list[_Item] = []
