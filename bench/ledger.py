@@ -399,13 +399,15 @@ def backlog_burst(folder: Path, rules: Rules, backlog: int, burst: int) -> dict[
                 times.append(took)
                 n += 1
         sizes = []
+        waiting = []
         with store.read() as tx:
             for event in (deep[0], fresh[0]):
+                mid = f"triage/{event.subject}"
                 tx.cur.execute(  # type: ignore[attr-defined]  # SqlTx: the bench reads the row
-                    "SELECT length(data) FROM records WHERE kind = 'matter' AND id = ?",
-                    (f"triage/{event.subject}",),
+                    "SELECT length(data) FROM records WHERE kind = 'matter' AND id = ?", (mid,)
                 )
                 sizes.append(int(tx.cur.fetchone()[0]))  # type: ignore[attr-defined]
+                waiting.append(len(tx.query("queued", matter=mid, states=["pending"])))
     finally:
         store.close()
     deep_bytes, fresh_bytes = sizes
@@ -419,6 +421,8 @@ def backlog_burst(folder: Path, rules: Rules, backlog: int, burst: int) -> dict[
         "fresh_cpu_us": cpu["fresh"] / burst / 1e3,
         "backlog_matter_bytes": float(deep_bytes),
         "fresh_matter_bytes": float(fresh_bytes),
+        "backlog_waiting": float(waiting[0]),
+        "fresh_waiting": float(waiting[1]),
     }
 
 
@@ -518,10 +522,10 @@ def run(
             f"interleaved with a burst into a fresh matter\n"
             f"    fresh matter     {b['fresh_eps']:9.0f} events/s  p50 "
             f"{b['fresh_p50_us']:8.0f} us  cpu {b['fresh_cpu_us']:6.0f} us/event"
-            f"  matter row {b['fresh_matter_bytes']:.0f} B\n"
+            f"  matter row {b['fresh_matter_bytes']:.0f} B, {b['fresh_waiting']:.0f} waiting\n"
             f"    backlog matter   {b['backlog_eps']:9.0f} events/s  p50 "
             f"{b['backlog_p50_us']:8.0f} us  cpu {b['backlog_cpu_us']:6.0f} us/event"
-            f"  matter row {b['backlog_matter_bytes']:.0f} B\n"
+            f"  matter row {b['backlog_matter_bytes']:.0f} B, {b['backlog_waiting']:.0f} waiting\n"
             f"    ratio backlog/fresh {b['backlog_ratio']:6.2f}x   (1.00x = no degradation)"
         )
 

@@ -26,7 +26,7 @@ from ghapp.store.base import StoreError
 from kernel.codec import to_data
 from kernel.errors import ConfigError
 from kernel.model import Event
-from kernel.records import Card, EventRow, Matter, Timer, Turn
+from kernel.records import Card, EventRow, Matter, Queued, Timer, Turn
 
 # name -> "module:function"; each function takes the remaining argv and returns an exit code.
 EXTERNAL: dict[str, str] = {
@@ -159,6 +159,10 @@ def status_data(ctx: Context) -> dict[str, Any]:
         events = [e for e in tx.query("event") if isinstance(e, EventRow)]
         timers = [t for t in tx.query("timer") if isinstance(t, Timer)]
         matters = [m for m in tx.query("matter") if isinstance(m, Matter)]
+        waiting: dict[str, list[int]] = {}
+        for q in tx.query("queued", states=["pending"]):
+            if isinstance(q, Queued):
+                waiting.setdefault(q.matter, []).append(q.seq)
     turns.sort(key=lambda t: t.fence)
     return {
         "turns": [
@@ -205,7 +209,7 @@ def status_data(ctx: Context) -> dict[str, Any]:
                 "rule": m.rule,
                 "subject": m.subject,
                 "state": "running" if m.running else ("waiting" if m.runnable else "idle"),
-                "pending": list(m.pending),
+                "pending": waiting.get(m.id, []),
                 "running": m.running,
                 "session": m.session,
                 "agent_session": m.agent_session or "",

@@ -15,7 +15,7 @@ from typing import Any
 from ghapp.store.base import Store, Tx
 from kernel import step as k
 from kernel.model import Event, Rules
-from kernel.records import Card, Matter, Record, Timer, Turn
+from kernel.records import Card, Matter, Queued, Record, Timer, Turn
 from kernel.state import State, replay
 
 Clock = Callable[[], datetime]
@@ -74,7 +74,10 @@ def load_state(
             if t is not None:
                 st.put(t)
         if with_events:
-            for seq in (*m.retry, *m.pending):
+            waiting = tx.query("queued", matter=mid, states=["pending"]) if m.waiting else []
+            for q in waiting:
+                st.put(q)
+            for seq in (*m.retry, *(q.seq for q in waiting if isinstance(q, Queued))):
                 ev = tx.get("event", f"{seq:012d}")
                 if ev is not None:
                     st.put(ev)
@@ -144,7 +147,8 @@ class Ledger:
             facts.extend(decided.facts)
             touched |= decided.touched
         records = [r for key in sorted(touched) if (r := state.get(key)) is not None]
-        seqs = iter(tx.append(facts, records) if facts else [])
+        gone = [key for key in sorted(touched) if state.get(key) is None]
+        seqs = iter(tx.append(facts, records, gone) if facts else [])
         outs: list[Outcome] = []
         for inp, done in zip(inputs, decisions, strict=True):
             if done is None:
@@ -185,7 +189,8 @@ class Ledger:
             state.put(act)
         decision = k.step(state, inp, now=when, rules=rules)
         records = [r for key in sorted(decision.touched) if (r := state.get(key)) is not None]
-        seqs = tx.append(decision.facts, records)
+        gone = [key for key in sorted(decision.touched) if state.get(key) is None]
+        seqs = tx.append(decision.facts, records, gone)
         return Outcome(decision, tuple(seqs))
 
     # -- rebuild ------------------------------------------------------------------------

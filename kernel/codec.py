@@ -24,6 +24,7 @@ RECORD_TYPES: dict[str, type[Any]] = {
     "meta": records.Meta,
     "event": records.EventRow,
     "matter": records.Matter,
+    "queued": records.Queued,
     "turn": records.Turn,
     "card": records.Card,
     "timer": records.Timer,

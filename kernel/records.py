@@ -53,7 +53,10 @@ class Matter:
     subject: str
     session: str  # AUTOLOOP_SESSION: stable for the matter
     agent_session: str | None = None  # the agent's own session, to resume
-    pending: tuple[int, ...] = ()  # event seqs waiting for the next turn
+    # Events wait for the next turn as Queued records, one per (matter, event), so that
+    # an event into a matter costs the same however many wait there already; the
+    # matter only says whether any wait.
+    waiting: bool = False
     running: str | None = None  # the turn running now
     hops: int = 0  # hops of the last batch
     repair: str | None = None  # a turn whose malformed receipt must be rewritten
@@ -65,7 +68,26 @@ class Matter:
 
     @property
     def runnable(self) -> bool:
-        return self.running is None and bool(self.pending or self.repair or self.retry)
+        return self.running is None and bool(self.waiting or self.repair or self.retry)
+
+
+def queued_id(matter: str, seq: int) -> str:
+    return f"{matter}|{seq:012d}"  # ordered by seq within a matter
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Queued:
+    """One event waiting in one matter (an event routed to two matters waits in both).
+    The turn that takes it removes it: only waiting events have one."""
+
+    matter: str
+    seq: int
+
+    kind = "queued"
+
+    @property
+    def id(self) -> str:
+        return queued_id(self.matter, self.seq)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -156,7 +178,7 @@ class Action:
     kind = "action"
 
 
-Record = Meta | EventRow | Matter | Turn | Card | Timer | Action
+Record = Meta | EventRow | Matter | Queued | Turn | Card | Timer | Action
 
 
 def index_of(rec: Record) -> tuple[str, str, str]:
@@ -172,6 +194,8 @@ def index_of(rec: Record) -> tuple[str, str, str]:
         return rec.matter, "fired" if rec.fired else "armed", rec.due
     if isinstance(rec, Action):
         return rec.matter, rec.status, ""
+    if isinstance(rec, Queued):
+        return rec.matter, "pending", ""
     if isinstance(rec, EventRow):
         return (
             rec.routes[0] if rec.routes else "",

@@ -4,7 +4,8 @@
 records a decision needs (see :func:`kernel.step.needs`); the fold touches only the
 records a fact names, so applying a fact to a partial state gives the same records as
 applying it to the whole state. ``apply`` returns the (kind, id) pairs it changed, which
-the store writes in the same transaction as the fact.
+the store writes in the same transaction as the fact; a pair whose record is no longer
+in the state (a waiting event that a turn took) is deleted.
 """
 
 from __future__ import annotations
@@ -14,7 +15,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernel import facts as f
-from kernel.records import Action, Card, EventRow, Matter, Meta, Record, Timer, Turn
+from kernel.records import (
+    Action,
+    Card,
+    EventRow,
+    Matter,
+    Meta,
+    Queued,
+    Record,
+    Timer,
+    Turn,
+    queued_id,
+)
 
 Key = tuple[str, str]
 
@@ -24,6 +36,7 @@ class State:
     meta: Meta = field(default_factory=Meta)
     events: dict[int, EventRow] = field(default_factory=dict)
     matters: dict[str, Matter] = field(default_factory=dict)
+    queued: dict[str, Queued] = field(default_factory=dict)
     turns: dict[str, Turn] = field(default_factory=dict)
     cards: dict[str, Card] = field(default_factory=dict)
     timers: dict[str, Timer] = field(default_factory=dict)
@@ -40,6 +53,8 @@ class State:
             self.last_event = max(self.last_event, rec.seq)
         elif isinstance(rec, Matter):
             self.matters[rec.id] = rec
+        elif isinstance(rec, Queued):
+            self.queued[rec.id] = rec
         elif isinstance(rec, Turn):
             self.turns[rec.id] = rec
         elif isinstance(rec, Card):
@@ -59,6 +74,7 @@ class State:
             return self.events.get(int(rid))
         tables: dict[str, dict[Any, Any]] = {
             "matter": self.matters,
+            "queued": self.queued,
             "turn": self.turns,
             "card": self.cards,
             "timer": self.timers,
@@ -71,15 +87,28 @@ class State:
     def records(self) -> list[Record]:
         out: list[Record] = [self.meta] if self.meta != Meta() else []
         out.extend(self.events[k] for k in sorted(self.events))
-        for table in (self.matters, self.turns, self.cards, self.timers, self.actions):
+        tables: tuple[dict[str, Any], ...] = (
+            self.matters,
+            self.queued,
+            self.turns,
+            self.cards,
+            self.timers,
+            self.actions,
+        )
+        for table in tables:
             out.extend(table[k] for k in sorted(table))
         return out
+
+    def pending_of(self, matter: str) -> tuple[int, ...]:
+        """Seqs of the events waiting in ``matter`` (those loaded), in order."""
+        return tuple(sorted(q.seq for q in self.queued.values() if q.matter == matter))
 
     def copy(self) -> State:
         return State(
             meta=self.meta,
             events=dict(self.events),
             matters=dict(self.matters),
+            queued=dict(self.queued),
             turns=dict(self.turns),
             cards=dict(self.cards),
             timers=dict(self.timers),
@@ -128,20 +157,24 @@ def apply(state: State, fact: f.Fact) -> set[Key]:
                 touched.add(put(Matter(id=mid, rule=rule, subject=subject, session=session)))
         for mid in fact.routes:
             m = _need(state.matters, mid, "matter")
-            touched.add(put(_r(m, pending=(*m.pending, fact.seq))))
+            touched.add(put(Queued(matter=mid, seq=fact.seq)))
+            if not m.waiting:
+                touched.add(put(_r(m, waiting=True)))
         return touched
 
     if isinstance(fact, f.TurnStarted):
         m = _need(state.matters, fact.matter, "matter")
         n = int(fact.turn.lstrip("t")) if fact.turn.lstrip("t").isdigit() else meta.turns + 1
         touched.add(put(_r(state.meta, turns=max(meta.turns, n))))
-        batch = set(fact.events)
         if fact.kind == "repair":
             m = _r(m, repair=None)
-        elif fact.kind == "retry":
-            m = _r(m, retry=(), pending=tuple(s for s in m.pending if s not in batch))
         else:
-            m = _r(m, pending=tuple(s for s in m.pending if s not in batch))
+            # A claim takes every event waiting in the matter (the shell loads them all).
+            for seq in fact.events:
+                qid = queued_id(fact.matter, seq)
+                if state.queued.pop(qid, None) is not None:
+                    touched.add(("queued", qid))  # gone: the store deletes it
+            m = _r(m, waiting=False, retry=() if fact.kind == "retry" else m.retry)
         touched.add(put(_r(m, running=fact.turn, hops=fact.hops, turns=m.turns + 1)))
         touched.add(
             put(

@@ -398,9 +398,9 @@ def _claim(ctx: _Ctx, inp: Any) -> Reply:
     if m.repair:
         kind, batch = "repair", ()
     elif m.retry:
-        kind, batch = "retry", (*m.retry, *m.pending)
+        kind, batch = "retry", (*m.retry, *st.pending_of(m.id))
     else:
-        kind, batch = "normal", m.pending
+        kind, batch = "normal", st.pending_of(m.id)
     hops = max((st.events[s].event.hops for s in batch if s in st.events), default=m.hops)
     n = st.meta.turns + 1
     turn = f"t{n}"

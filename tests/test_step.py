@@ -18,7 +18,7 @@ def test_same_source_and_id_twice_is_one_event() -> None:
     assert kn.step(k.Ingest(event=ev("1"))).reply.code == "recorded"
     assert kn.step(k.Ingest(event=ev("1"))).reply.code == "duplicate"
     assert len(kn.state.events) == 1
-    assert kn.state.matters["r"].pending == (1,)
+    assert kn.state.pending_of("r") == (1,) and kn.state.matters["r"].waiting
 
 
 def test_events_arriving_during_a_turn_form_exactly_one_next_batch() -> None:
@@ -40,8 +40,8 @@ def test_parallel_rule_gives_one_matter_per_subject() -> None:
     kn = Kernel(rules_of(rule(parallel=True)))
     for i, subject in enumerate(["a", "b", "a"]):
         kn.step(k.Ingest(event=ev(str(i), subject=subject)))
-    assert kn.state.matters["r/a"].pending == (1, 3)
-    assert kn.state.matters["r/b"].pending == (2,)
+    assert kn.state.pending_of("r/a") == (1, 3)
+    assert kn.state.pending_of("r/b") == (2,)
 
 
 def test_ask_waits_then_answer_resumes_reported_session() -> None:

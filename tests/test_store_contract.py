@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from datetime import timedelta
 from pathlib import Path
@@ -30,7 +31,8 @@ def test_facts_and_records_commit_together(store: Store) -> None:
     with store.read() as tx:
         assert tx.fact_count() == 1
         m = tx.get("matter", "r")
-        assert isinstance(m, Matter) and m.pending == (1,)
+        assert isinstance(m, Matter) and m.waiting
+        assert [q.seq for q in tx.query("queued", matter="r", states=["pending"])] == [1]  # type: ignore[union-attr]
         # Recording an event rewrites no counter row: the last event is the highest row.
         assert tx.get("meta", "counters") is None
         assert tx.last_event() == 1
@@ -51,9 +53,12 @@ def test_an_index_column_that_changes_is_found_by_queries(store: Store) -> None:
     with store.read() as tx:
         assert [m.id for m in tx.query("matter", states=["runnable"])] == ["r"]
         m = tx.get("matter", "r")
-        assert isinstance(m, Matter) and m.pending == (1, 2)
+        assert isinstance(m, Matter) and m.waiting
+        assert [q.seq for q in tx.query("queued", matter="r", states=["pending"])] == [1, 2]  # type: ignore[union-attr]
     led.decide(k.Claim(matter="r", worker="w"))  # read runnable, written back running
     with store.read() as tx:
+        assert tx.query("queued", matter="r") == []  # the turn took both: their rows are gone
+        assert tx.get("queued", "r|000000000001") is None
         assert tx.query("matter", states=["runnable"]) == []
         assert [m.id for m in tx.query("matter", states=["running"])] == ["r"]
     assert led.check() == []
@@ -145,49 +150,65 @@ def test_concurrent_writers_never_lose_or_double_an_event(store_url: str) -> Non
     assert errors == []
     with stores[0].read() as tx:
         assert tx.fact_count() == 25 + 4 * 25
-        m = tx.get("matter", "r")
-        assert isinstance(m, Matter) and sorted(m.pending) == list(range(1, 126))
+        waiting = tx.query("queued", matter="r", states=["pending"])
+        assert sorted(q.seq for q in waiting) == list(range(1, 126))  # type: ignore[union-attr]
     assert ledger(stores[0]).check() == []
     for s in stores:
         s.close()
 
 
-def test_a_schema_1_ledger_is_migrated_on_open(store_url: str) -> None:
-    """Ledgers written before event rows got their own table open as they were."""
+@pytest.mark.parametrize("old", [1, 2])
+def test_an_older_ledger_is_migrated_on_open(store_url: str, old: int) -> None:
+    """Ledgers written before waiting events became rows of their own (schema 2), or
+    before event rows got their own table (schema 1), open with everything in place."""
     s = open_store(store_url)
     led = ledger(s)
     for i in range(3):
         led.decide(k.Ingest(event=ev(str(i))))
-    led.decide(k.Claim(matter="r", worker="w"))
+    led.decide(k.Claim(matter="r", worker="w"))  # takes events 1-3
+    for i in range(3, 5):
+        led.decide(k.Ingest(event=ev(str(i))))  # 4 and 5 wait
     ph = "?" if store_url.startswith("sqlite") else "%s"
-    with s.write() as tx:  # turn it back into what schema 1 stored
+    with s.write() as tx:  # turn it back into what the old schema stored
         cur = tx.cur  # type: ignore[attr-defined]
-        cur.execute("SELECT seq, matter, state, data FROM events")
-        for seq, matter, state, data in cur.fetchall():
-            cur.execute(
-                "INSERT INTO records (kind, id, matter, state, due, data) "
-                "VALUES ('event', ?, ?, ?, '', ?)".replace("?", ph),
-                (f"{int(seq):012d}", matter, state, data),
-            )
-        cur.execute("DELETE FROM events")
+        cur.execute("DELETE FROM queued")
+        cur.execute("SELECT data FROM records WHERE kind = 'matter' AND id = 'r'")
+        matter = json.loads(cur.fetchone()[0])
+        del matter["waiting"]
+        matter["pending"] = [4, 5]
         cur.execute(
-            "UPDATE records SET data = "
-            """'{"cards":0,"events":3,"ticks":{},"turns":1}' WHERE kind = 'meta'"""
+            "UPDATE records SET data = ? WHERE kind = 'matter' AND id = 'r'".replace("?", ph),
+            (json.dumps(matter),),
         )
-        cur.execute("UPDATE ledger_info SET v = '1' WHERE k = 'schema'")
+        if old == 1:
+            cur.execute("SELECT seq, matter, state, data FROM events")
+            for seq, m, state, data in cur.fetchall():
+                cur.execute(
+                    "INSERT INTO records (kind, id, matter, state, due, data) "
+                    "VALUES ('event', ?, ?, ?, '', ?)".replace("?", ph),
+                    (f"{int(seq):012d}", m, state, data),
+                )
+            cur.execute("DELETE FROM events")
+            cur.execute(
+                "UPDATE records SET data = "
+                """'{"cards":0,"events":5,"ticks":{},"turns":1}' WHERE kind = 'meta'"""
+            )
+        cur.execute("UPDATE ledger_info SET v = ? WHERE k = 'schema'".replace("?", ph), (str(old),))
     s.close()
     again = open_store(store_url)
     try:
         led = ledger(again)
         assert led.check() == []
         with again.read() as tx:
-            assert tx.last_event() == 3
+            assert tx.last_event() == 5
+            waiting = [q.seq for q in tx.query("queued", matter="r", states=["pending"])]  # type: ignore[union-attr]
+            assert waiting == [4, 5]
             cur = tx.cur  # type: ignore[attr-defined]
             cur.execute("SELECT count(*) FROM records WHERE kind = 'event'")
             assert cur.fetchone()[0] == 0
             cur.execute("SELECT v FROM ledger_info WHERE k = 'schema'")
-            assert cur.fetchone()[0] == "2"
-        assert led.decide(k.Ingest(event=ev("3"))).reply.message.startswith("event 4 recorded")
+            assert cur.fetchone()[0] == "3"
+        assert led.decide(k.Ingest(event=ev("5"))).reply.message.startswith("event 6 recorded")
     finally:
         again.close()
 

@@ -12,8 +12,9 @@ The SQL is shared (:class:`SqlTx`); a backend supplies the connection, the
 placeholder style and the lock statement.
 
 Tables: ``facts`` (append-only), ``records`` (the projections: matters, turns, cards,
-timers, actions and the counters, with three index columns) and ``events`` (one row per
-recorded event, keyed by its sequence number). Event rows never change once written and
+timers, actions and the counters, with three index columns), ``events`` (one row per
+recorded event, keyed by its sequence number) and ``queued`` (one row per event waiting
+in a matter, deleted when a turn takes it). Event rows never change once written and
 are only ever read by number, so they sit in a plain table without secondary indexes:
 recording an event costs one fact, one event row and the matters it joins.
 """
@@ -26,10 +27,11 @@ from typing import Any, Protocol
 
 from kernel.codec import dump_fact, dump_record, load_fact, load_record
 from kernel.facts import Fact, fact_key
-from kernel.records import EventRow, Record, index_of
+from kernel.records import EventRow, Queued, Record, index_of
 
-# 1: event rows in ``records``; 2: event rows in their own ``events`` table.
-SCHEMA_VERSION = 2
+# 1: event rows in ``records``; 2: event rows in their own ``events`` table;
+# 3: each event waiting in a matter is a ``queued`` record (not a list in the matter).
+SCHEMA_VERSION = 3
 
 
 class StoreError(Exception):
@@ -55,7 +57,12 @@ class Tx(Protocol):
         self, keys: Sequence[str], matters: Sequence[str]
     ) -> tuple[set[str], int, list[Record]]: ...
 
-    def append(self, facts: Sequence[Fact], records: Iterable[Record]) -> list[int]: ...
+    def append(
+        self,
+        facts: Sequence[Fact],
+        records: Iterable[Record],
+        removed: Iterable[tuple[str, str]] = (),
+    ) -> list[int]: ...
 
     def get(self, kind: str, rid: str) -> Record | None: ...
 
@@ -167,7 +174,14 @@ class SqlTx:
                 recs.append(load_record(a, data))
         return found, last, recs
 
-    def append(self, facts: Sequence[Fact], records: Iterable[Record]) -> list[int]:
+    def append(
+        self,
+        facts: Sequence[Fact],
+        records: Iterable[Record],
+        removed: Iterable[tuple[str, str]] = (),
+    ) -> list[int]:
+        """Insert ``facts`` in order, write ``records`` and delete the ``removed`` ones
+        (kind, id): what one decision, or a group of them, changed."""
         seqs: list[int] = []
         sql = self._q(
             "INSERT INTO facts (at, type, v, fkey, data) VALUES (?, ?, ?, ?, ?) RETURNING seq"
@@ -185,14 +199,33 @@ class SqlTx:
                 raise
             seqs.append(int(self.cur.fetchone()[0]))
         self._upsert(records)
+        self._delete(removed)
         return seqs
+
+    def _delete(self, keys: Iterable[tuple[str, str]]) -> None:
+        queued: list[tuple[str, int]] = []
+        other: list[tuple[str, str]] = []
+        for kind, rid in keys:
+            if kind == "queued":
+                queued.append(_queued_key(rid))
+            else:
+                other.append((kind, rid))
+                self._seen.pop((kind, rid), None)
+        if queued:
+            self.cur.executemany(self._q("DELETE FROM queued WHERE matter = ? AND seq = ?"), queued)
+        if other:
+            self.cur.executemany(self._q("DELETE FROM records WHERE kind = ? AND id = ?"), other)
 
     def _upsert(self, records: Iterable[Record]) -> None:
         events: list[tuple[int, str, str, str]] = []
         fresh: list[tuple[str, str, str, str, str, str]] = []  # not read in this tx
         same: list[tuple[str, str, str]] = []  # read, index unchanged: data only
         moved: list[tuple[str, str, str, str, str, str]] = []  # read, index changed
+        queued: list[tuple[str, int]] = []
         for rec in records:
+            if isinstance(rec, Queued):
+                queued.append((rec.matter, rec.seq))
+                continue
             matter, state, due = index_of(rec)
             data = dump_record(rec)
             if isinstance(rec, EventRow):
@@ -207,6 +240,14 @@ class SqlTx:
             else:
                 moved.append((matter, state, due, data, rec.kind, rec.id))
             self._seen[key] = (matter, state, due)
+        if queued:
+            self.cur.executemany(
+                self._q(
+                    "INSERT INTO queued (matter, seq) VALUES (?, ?) "
+                    "ON CONFLICT (matter, seq) DO NOTHING"
+                ),
+                queued,
+            )
         if events:
             self.cur.executemany(
                 self._q(
@@ -240,6 +281,13 @@ class SqlTx:
             )
 
     def get(self, kind: str, rid: str) -> Record | None:
+        if kind == "queued":
+            matter, number = _queued_key(rid)
+            self.cur.execute(
+                self._q("SELECT 1 FROM queued WHERE matter = ? AND seq = ?"), (matter, number)
+            )
+            found = self.cur.fetchone() is not None
+            return Queued(matter=matter, seq=number) if found else None
         if kind == "event":
             seq = _event_seq(rid)
             if seq is None:
@@ -266,6 +314,8 @@ class SqlTx:
         due_before: str | None = None,
         limit: int | None = None,
     ) -> list[Record]:
+        if kind == "queued":
+            return list(self._waiting(matter, states, due_before, limit))
         if kind == "event":
             sql = "SELECT '', data FROM events WHERE 1 = 1"
             args: list[Any] = []
@@ -294,6 +344,28 @@ class SqlTx:
             for r in rows:
                 self._seen[(kind, r[0])] = (r[2], r[3], r[4])
         return [load_record(kind, r[1]) for r in rows]
+
+    def _waiting(
+        self,
+        matter: str | None,
+        states: Sequence[str] | None,
+        due_before: str | None,
+        limit: int | None,
+    ) -> Iterator[Queued]:
+        """Waiting events (every queued row waits: a turn that takes one deletes it)."""
+        if (states and "pending" not in states) or due_before is not None:
+            return
+        sql = "SELECT matter, seq FROM queued"
+        args: list[Any] = []
+        if matter is not None:
+            sql += " WHERE matter = ?"
+            args.append(matter)
+        sql += " ORDER BY matter, seq"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        self.cur.execute(self._q(sql), args)
+        for m, seq in self.cur.fetchall():
+            yield Queued(matter=str(m), seq=int(seq))
 
     def facts(
         self, after: int = 0, limit: int | None = None, *, types: tuple[str, ...] = ()
@@ -324,12 +396,17 @@ class SqlTx:
         out = [(str(k), str(i), str(d)) for k, i, d in self.cur.fetchall()]
         self.cur.execute("SELECT seq, data FROM events")
         out.extend(("event", f"{int(s):012d}", str(d)) for s, d in self.cur.fetchall())
+        self.cur.execute("SELECT matter, seq FROM queued")
+        for m, seq in self.cur.fetchall():
+            q = Queued(matter=str(m), seq=int(seq))
+            out.append(("queued", q.id, dump_record(q)))
         out.sort(key=lambda r: (r[0], r[1]))
         return out
 
     def replace_records(self, records: Iterable[Record]) -> None:
         self.cur.execute("DELETE FROM records")
         self.cur.execute("DELETE FROM events")
+        self.cur.execute("DELETE FROM queued")
         self._seen.clear()
         self._upsert(records)
 
@@ -345,13 +422,23 @@ class SqlTx:
         )
 
 
+def _queued_key(rid: str) -> tuple[str, int]:
+    matter, _, seq = rid.rpartition("|")
+    return matter, int(seq)
+
+
 def _event_seq(rid: str) -> int | None:
     return int(rid) if rid.isdigit() else None
 
 
 def migrate(cur: Any, ph: str) -> None:
     """Bring a ledger written by an older autoloop to ``SCHEMA_VERSION`` (in the caller's
-    write transaction, after the tables exist). A newer ledger is refused."""
+    write transaction, after the tables exist). A newer ledger is refused.
+
+    The facts never change shape; the projections did (schema 2 moved event rows to
+    their own table, schema 3 made each waiting event a row of its own), so an older
+    ledger gets its projections rebuilt from its facts.
+    """
 
     def q(sql: str) -> str:
         return sql.replace("?", ph)
@@ -364,24 +451,12 @@ def migrate(cur: Any, ph: str) -> None:
             f"this ledger has schema {found}, newer than this autoloop knows "
             f"({SCHEMA_VERSION}): upgrade autoloop"
         )
-    if found < 2:
-        # Event rows move from records to events; the counters lose "events" (it is
-        # the highest event row now).
-        cur.execute("SELECT id, matter, state, data FROM records WHERE kind = 'event'")
-        rows = [(int(i), m, st, d) for i, m, st, d in cur.fetchall()]
-        if rows:
-            cur.executemany(
-                q("INSERT INTO events (seq, matter, state, data) VALUES (?, ?, ?, ?)"),
-                rows,
-            )
-        cur.execute("DELETE FROM records WHERE kind = 'event'")
-        cur.execute("SELECT data FROM records WHERE kind = 'meta' AND id = 'counters'")
-        meta = cur.fetchone()
-        if meta is not None:
-            cur.execute(
-                q("UPDATE records SET data = ? WHERE kind = 'meta' AND id = 'counters'"),
-                (dump_record(load_record("meta", meta[0])),),
-            )
+    if found < SCHEMA_VERSION:
+        from kernel.state import replay  # noqa: PLC0415  # only an upgrade needs it
+
+        cur.execute("SELECT data FROM facts ORDER BY seq")
+        facts = [load_fact(d) for (d,) in cur.fetchall()]
+        SqlTx(cur, ph).replace_records(replay(facts).records())
     if row is None:
         cur.execute(
             q("INSERT INTO ledger_info (k, v) VALUES ('schema', ?)"), (str(SCHEMA_VERSION),)

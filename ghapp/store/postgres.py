@@ -41,6 +41,11 @@ SCHEMA = [
         state TEXT NOT NULL DEFAULT '',
         data TEXT NOT NULL
     )""",
+    """CREATE TABLE IF NOT EXISTS queued (
+        matter TEXT NOT NULL,
+        seq BIGINT NOT NULL,
+        PRIMARY KEY (matter, seq)
+    )""",
     "CREATE INDEX IF NOT EXISTS records_by_state ON records (kind, state, due)",
     "CREATE INDEX IF NOT EXISTS records_by_matter ON records (kind, matter)",
     "CREATE TABLE IF NOT EXISTS ledger_info (k TEXT PRIMARY KEY, v TEXT NOT NULL)",

@@ -205,5 +205,5 @@ class Observer:
                 )
             self.checks["repairs owed and run once"] += 1
         for m in self.fold.matters.values():
-            if m.pending or m.retry or m.running or m.repair:
+            if m.waiting or m.retry or m.running or m.repair:
                 raise self.fail(f"matter {m.id} is not quiet after the drain: {m}")
