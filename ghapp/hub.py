@@ -101,9 +101,16 @@ def scrub(value: Any, redact: Redact) -> Any:
     if kind is str:
         return redact(value)
     if kind is dict:
-        return {k_: scrub(v, redact) for k_, v in value.items()}
+        out = {}
+        for k_, v in value.items():  # strings and scalars inline: most values are one
+            t = type(v)
+            out[k_] = redact(v) if t is str else v if t in _PLAIN else scrub(v, redact)
+        return out
     if kind is list:
-        return [v if type(v) in _PLAIN else scrub(v, redact) for v in value]
+        return [
+            redact(v) if type(v) is str else v if type(v) in _PLAIN else scrub(v, redact)
+            for v in value
+        ]
     if kind in _PLAIN:
         return value
     if isinstance(value, str):
