@@ -47,13 +47,18 @@ def day_bounds(now: datetime, timezone: str, *, days: int = 1) -> tuple[str, str
 
 def usage_between(turns: Iterable[Turn], start: str, end: str) -> Usage:
     """Turns started in [start, end) and what they reported (ISO instants compare as text)."""
+    return _total(((t.started_at, t.tokens, t.cost_usd) for t in turns), start, end)
+
+
+def _total(turns: Iterable[tuple[str, int | None, float | None]], start: str, end: str) -> Usage:
+    """Sum of (started, tokens, usd) over the turns started in [start, end)."""
     n = tokens = 0
     cost = 0.0
-    for t in turns:
-        if start <= t.started_at < end:
+    for started, used_tokens, used_usd in turns:
+        if start <= started < end:
             n += 1
-            tokens += t.tokens or 0
-            cost += t.cost_usd or 0.0
+            tokens += used_tokens or 0
+            cost += used_usd or 0.0
     return Usage(turns=n, tokens=tokens, cost_usd=cost)
 
 
@@ -118,11 +123,4 @@ class UsageMeter:
         keep = k.iso(datetime.fromisoformat(start) - timedelta(days=self.keep_days))
         for tid in [t for t, spent in self.turns.items() if spent.started < keep]:
             del self.turns[tid]
-        n = tokens = 0
-        cost = 0.0
-        for spent in self.turns.values():
-            if start <= spent.started < end:
-                n += 1
-                tokens += spent.tokens
-                cost += spent.usd
-        return Usage(turns=n, tokens=tokens, cost_usd=cost)
+        return _total(((s.started, s.tokens, s.usd) for s in self.turns.values()), start, end)

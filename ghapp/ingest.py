@@ -111,41 +111,41 @@ class IngestQueue:
         done.wait(self.gather_s)
 
     def _commit(self, batch: list[_Item]) -> None:
-        ready: list[_Item] = []
+        ready: list[tuple[_Item, list[k.Input]]] = []
         for item in batch:
-            if callable(item.inputs):
-                try:
-                    item.inputs = item.inputs()
-                except Exception as exc:
-                    item.loop.call_soon_threadsafe(_set_exc, item.future, exc)
-                    continue
-            ready.append(item)
-        if not ready:
-            return
-        batch = ready
-        flat = [inp for item in batch for inp in item.inputs]  # type: ignore[union-attr]
+            try:
+                inputs = item.inputs() if callable(item.inputs) else item.inputs
+            except Exception as exc:  # e.g. a body that is not JSON: this request only
+                item.loop.call_soon_threadsafe(_set_exc, item.future, exc)
+                continue
+            ready.append((item, inputs))
+        if ready:
+            self._decide(ready)
+
+    def _decide(self, ready: list[tuple[_Item, list[k.Input]]]) -> None:
+        flat = [inp for _, inputs in ready for inp in inputs]
         try:
             outs = self.ledger.decide_many(flat)
         except Exception as exc:
             # Nothing of this batch committed. One bad request must not sink the others:
             # try them one by one, and fail only those that fail alone (the sender retries).
-            if len(batch) > 1:
-                for item in batch:
-                    self._commit([item])
+            if len(ready) > 1:
+                for pair in ready:
+                    self._decide([pair])
                 return
-            batch[0].loop.call_soon_threadsafe(_set_exc, batch[0].future, exc)
+            item = ready[0][0]
+            item.loop.call_soon_threadsafe(_set_exc, item.future, exc)
             return
         self.batches += 1
-        self.items += len(batch)
+        self.items += len(ready)
         # One wake-up per event loop for the whole group, not one per request.
         by_loop: dict[
             asyncio.AbstractEventLoop, list[tuple[asyncio.Future[list[Outcome]], list[Outcome]]]
         ] = {}
         i = 0
-        for item in batch:
-            n = len(item.inputs)  # type: ignore[arg-type]
-            mine = outs[i : i + n]
-            i += n
+        for item, inputs in ready:
+            mine = outs[i : i + len(inputs)]
+            i += len(inputs)
             by_loop.setdefault(item.loop, []).append((item.future, mine))
         for loop, done in by_loop.items():
             loop.call_soon_threadsafe(_set_results, done)

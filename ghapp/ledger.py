@@ -7,16 +7,17 @@ they changed before committing. Nothing is acknowledged before that commit.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ghapp.store.base import Store, Tx
+from ghapp.store.base import Store, Tx, rebuild_records
 from kernel import step as k
+from kernel.facts import event_key
 from kernel.model import Event, Rules
 from kernel.records import Card, Matter, Queued, Record, Timer, Turn
-from kernel.state import State, replay
+from kernel.state import Key, State, replay
 
 Clock = Callable[[], datetime]
 
@@ -84,8 +85,17 @@ def load_state(
     return st
 
 
-def _event_key(event: Event) -> str:
-    return f"event:{event.source}:{event.id}"
+def _changes(state: State, touched: Iterable[Key]) -> tuple[list[Record], list[Key]]:
+    """The records to write, and the keys to delete (a record the fold removed)."""
+    records: list[Record] = []
+    gone: list[Key] = []
+    for key in sorted(touched):
+        rec = state.get(key)
+        if rec is None:
+            gone.append(key)
+        else:
+            records.append(rec)
+    return records, gone
 
 
 def _duplicate(event: Event) -> k.Decision:
@@ -128,7 +138,7 @@ class Ledger:
         the matters its event routes to, and whether its key is stored; each decision
         sees the records the ones before it changed.
         """
-        keys = [_event_key(i.event) for i in inputs]
+        keys = [event_key(i.event) for i in inputs]
         wanted = [m for i in inputs for m in k.needs(i, rules).matters]
         stored, last, recs = tx.ingest_view(keys, wanted)
         state = State(last_event=last)
@@ -136,7 +146,7 @@ class Ledger:
             state.put(rec)
         decisions: list[k.Decision | None] = []
         facts: list[Any] = []
-        touched: set[tuple[str, str]] = set()
+        touched: set[Key] = set()
         for inp, key in zip(inputs, keys, strict=True):
             if key in stored:
                 decisions.append(None)
@@ -146,9 +156,7 @@ class Ledger:
             decisions.append(decided)
             facts.extend(decided.facts)
             touched |= decided.touched
-        records = [r for key in sorted(touched) if (r := state.get(key)) is not None]
-        gone = [key for key in sorted(touched) if state.get(key) is None]
-        seqs = iter(tx.append(facts, records, gone) if facts else [])
+        seqs = iter(tx.append(facts, *_changes(state, touched)) if facts else [])
         outs: list[Outcome] = []
         for inp, done in zip(inputs, decisions, strict=True):
             if done is None:
@@ -158,7 +166,7 @@ class Ledger:
         return outs
 
     def _decide(self, tx: Tx, inp: k.Input, rules: Rules, when: datetime) -> Outcome:
-        if isinstance(inp, k.Ingest) and tx.has_key(_event_key(inp.event)):
+        if isinstance(inp, k.Ingest) and tx.has_key(event_key(inp.event)):
             return Outcome(_duplicate(inp.event), ())
         needs = k.needs(inp, rules)
         # An ingest only routes the event to matters: it reads no cards.
@@ -188,9 +196,7 @@ class Ledger:
         if aid is not None and (act := tx.get("action", aid)) is not None:
             state.put(act)
         decision = k.step(state, inp, now=when, rules=rules)
-        records = [r for key in sorted(decision.touched) if (r := state.get(key)) is not None]
-        gone = [key for key in sorted(decision.touched) if state.get(key) is None]
-        seqs = tx.append(decision.facts, records, gone)
+        seqs = tx.append(decision.facts, *_changes(state, decision.touched))
         return Outcome(decision, tuple(seqs))
 
     # -- rebuild ------------------------------------------------------------------------
@@ -220,8 +226,4 @@ class Ledger:
 
     def rebuild(self) -> int:
         with self.store.write() as tx:
-            facts = [fact for _, _, fact in tx.facts()]
-            state = replay(facts)
-            recs = state.records()
-            tx.replace_records(recs)
-        return len(recs)
+            return rebuild_records(tx)

@@ -224,10 +224,15 @@ FACT_TYPES: dict[str, type[Any]] = {
 }
 
 
+def event_key(event: Event) -> str:
+    """The key of an event's EventRecorded fact: one per (source, id)."""
+    return f"event:{event.source}:{event.id}"
+
+
 def fact_key(fact: Fact) -> str | None:
     """A unique key for facts that must never be stored twice (the ledger enforces it)."""
     if isinstance(fact, EventRecorded):
-        return f"event:{fact.event.source}:{fact.event.id}"
+        return event_key(fact.event)
     if isinstance(fact, TurnFinished):
         return f"finished:{fact.turn}"
     if isinstance(fact, TurnStarted):

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 from kernel.codec import dump_fact, dump_record, load_fact, load_record
 from kernel.facts import Fact, fact_key
 from kernel.records import EventRow, Queued, Record, index_of
+from kernel.state import replay
 
 # 1: event rows in ``records``; 2: event rows in their own ``events`` table;
 # 3: each event waiting in a matter is a ``queued`` record (not a list in the matter).
@@ -439,10 +440,7 @@ def migrate(cur: Any, ph: str) -> None:
     their own table, schema 3 made each waiting event a row of its own), so an older
     ledger gets its projections rebuilt from its facts.
     """
-
-    def q(sql: str) -> str:
-        return sql.replace("?", ph)
-
+    tx = SqlTx(cur, ph)
     cur.execute("SELECT v FROM ledger_info WHERE k = 'schema'")
     row = cur.fetchone()
     found = int(row[0]) if row is not None else SCHEMA_VERSION
@@ -452,17 +450,22 @@ def migrate(cur: Any, ph: str) -> None:
             f"({SCHEMA_VERSION}): upgrade autoloop"
         )
     if found < SCHEMA_VERSION:
-        from kernel.state import replay  # noqa: PLC0415  # only an upgrade needs it
-
-        cur.execute("SELECT data FROM facts ORDER BY seq")
-        facts = [load_fact(d) for (d,) in cur.fetchall()]
-        SqlTx(cur, ph).replace_records(replay(facts).records())
+        rebuild_records(tx)
     if row is None:
         cur.execute(
-            q("INSERT INTO ledger_info (k, v) VALUES ('schema', ?)"), (str(SCHEMA_VERSION),)
+            tx._q("INSERT INTO ledger_info (k, v) VALUES ('schema', ?)"), (str(SCHEMA_VERSION),)
         )
     elif found != SCHEMA_VERSION:
-        cur.execute(q("UPDATE ledger_info SET v = ? WHERE k = 'schema'"), (str(SCHEMA_VERSION),))
+        cur.execute(
+            tx._q("UPDATE ledger_info SET v = ? WHERE k = 'schema'"), (str(SCHEMA_VERSION),)
+        )
+
+
+def rebuild_records(tx: Tx) -> int:
+    """Replace every projection row with a replay of the facts; the number written."""
+    records = replay([fact for _, _, fact in tx.facts()]).records()
+    tx.replace_records(records)
+    return len(records)
 
 
 def _unique_violation(exc: BaseException) -> bool:
