@@ -151,17 +151,21 @@ class RedactingLedger(Ledger):
 
     def clean(self, inp: k.Input) -> k.Input:
         r = self.redact
-        if isinstance(inp, k.Ingest):
+        if type(inp) is k.Ingest:  # every webhook: built directly, not by replace()
             ev = inp.event
-            return replace(
-                inp,
-                event=replace(
-                    ev,
+            return k.Ingest(
+                event=Event(
+                    source=ev.source,
+                    id=ev.id,
+                    type=ev.type,
                     subject=r(ev.subject),
                     summary=r(ev.summary),
                     link=r(ev.link),
+                    hops=ev.hops,
                     details=scrub(dict(ev.details), r),
+                    matter=ev.matter,
                 ),
+                ignore=inp.ignore,
             )
         if isinstance(inp, k.Finish):
             out = inp.outcome

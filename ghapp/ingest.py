@@ -27,7 +27,7 @@ from kernel import step as k
 Prepare = Callable[[], list[k.Input]]
 
 
-@dataclass
+@dataclass(slots=True)
 class _Item:
     inputs: list[k.Input] | Prepare
     loop: asyncio.AbstractEventLoop
@@ -46,7 +46,8 @@ class IngestQueue:
         self.ledger = ledger
         self.max_batch = max_batch
         self.on_commit = on_commit
-        self._q: queue.Queue[_Item | None] = queue.Queue()
+        # SimpleQueue: put and get in C, no Python-level locking per request
+        self._q: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="ingest-writer", daemon=True)
         self.batches = 0
         self.items = 0

@@ -46,7 +46,10 @@ class WorkerLoop:
         self._thread: threading.Thread | None = None
 
     def wake(self) -> None:
-        self._wake.set()
+        # Called for every webhook: a plain read when the loop is already due to run
+        # (it clears the flag before it reads the ledger, so nothing is missed).
+        if not self._wake.is_set():
+            self._wake.set()
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self.run, name=f"worker-{self.name}", daemon=True)

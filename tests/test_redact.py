@@ -7,6 +7,7 @@ import binascii
 import json
 import re
 import time
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,10 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from ghapp.hub import RedactingLedger
 from ghapp.redact import MIN_VALUE_LENGTH, Redactor, is_secret_key, mask
+from kernel import step as k
+from kernel.model import Event
 
 CORPUS = Path(__file__).resolve().parent / "fixtures" / "secrets"
 MANIFEST: dict[str, Any] = json.loads((CORPUS / "manifest.json").read_text())
@@ -394,3 +398,34 @@ def test_remembered_short_texts_give_the_same_answer_and_the_memory_is_bounded()
     for i in range(module._CACHE_ENTRIES + 10):
         r.redact(f"filler {i}")
     assert len(r._cache) <= module._CACHE_ENTRIES
+
+
+def test_the_hubs_cleaning_keeps_every_field_of_an_ingest_and_masks_the_texts() -> None:
+    """``RedactingLedger.clean`` builds a webhook's input field by field (it runs for
+    every delivery): a field added to ``Event`` or ``Ingest`` later must not be dropped."""
+    token = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+    values: dict[str, Any] = {
+        "source": "github",
+        "id": "d-1",
+        "type": "issues.opened",
+        "subject": f"o/r#1 {token}",
+        "summary": f"said {token}",
+        "link": f"https://example.invalid/?t={token}",
+        "hops": 3,
+        "details": {"body": f"here: {token}", "n": 1},
+        "matter": "triage/o/r#1",
+    }
+    assert {f.name for f in fields(Event)} == set(values), "a new Event field: add it here"
+    assert {f.name for f in fields(k.Ingest)} == {"event", "ignore"}, "a new Ingest field"
+    inp = k.Ingest(event=Event(**values), ignore="caused by this app")
+    ledger = RedactingLedger.__new__(RedactingLedger)
+    ledger.redact = Redactor().redact
+    out = ledger.clean(inp)
+    assert isinstance(out, k.Ingest)
+    assert out.ignore == "caused by this app"
+    for name in ("source", "id", "type", "hops", "matter"):
+        assert getattr(out.event, name) == values[name]
+    texts = [out.event.subject, out.event.summary, out.event.link, out.event.details["body"]]
+    assert all(token not in t for t in texts) and all(t for t in texts)
+    assert out.event.subject.startswith("o/r#1 ")
+    assert out.event.details["n"] == 1
