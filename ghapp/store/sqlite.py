@@ -185,10 +185,10 @@ class SqliteStore:
 
     def checkpoint(self) -> tuple[int, int]:
         """Copy the log into the database file now, without waiting for writers:
-        (frames in the log, frames copied). The checkpoint thread calls this."""
+        (frames in the log, frames copied). The checkpoint thread calls the same."""
         if self._checkpointer is None:
-            row = self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-            return int(row[1]), int(row[2])
+            with self._lock:
+                return _passive_checkpoint(self._conn)
         return self._checkpointer.run_once()
 
     def close(self) -> None:
@@ -225,11 +225,16 @@ class _Checkpointer:
 
     def run_once(self) -> tuple[int, int]:
         with self._mutex:
-            row = self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-        return int(row[1]), int(row[2])
+            return _passive_checkpoint(self._conn)
 
     def stop(self) -> None:
         self._halt.set()
         self._thread.join(timeout=10)
         with self._mutex:
             self._conn.close()
+
+
+def _passive_checkpoint(conn: sqlite3.Connection) -> tuple[int, int]:
+    """One PASSIVE checkpoint on ``conn``: (frames in the log, frames copied)."""
+    row = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    return int(row[1]), int(row[2])
