@@ -18,6 +18,7 @@ import html
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from urllib.parse import parse_qs
 
 import orjson
 from starlette.applications import Starlette
@@ -200,10 +201,11 @@ def create_app(server: Server) -> Starlette:
         if not isinstance(card, Card):
             return HTMLResponse("<p>Unknown card.</p>", 404)
         if request.method == "POST":
-            form = await request.form()
-            try:
-                choice = int(str(form.get("choice", "")))
-            except ValueError:
+            body = await _read_body(request)
+            if isinstance(body, Response):
+                return body
+            choice = form_choice(body)
+            if choice is None:
                 return HTMLResponse("<p>Pick one of the options.</p>", 400)
             out = server.hub.answer(card_id, choice, by="card-link", via="link")
             server.wake()
@@ -231,6 +233,22 @@ def create_app(server: Server) -> Starlette:
             Route("/metrics", metrics, methods=["GET"]),
         ]
     )
+
+
+def form_choice(body: bytes) -> int | None:
+    """The ``choice`` field of the card page's form (``application/x-www-form-urlencoded``).
+
+    Parsed with the standard library: Starlette's ``request.form()`` needs
+    ``python-multipart``, which Starlette does not install, and a button press needs no more.
+    """
+    try:
+        fields = parse_qs(body.decode("ascii"), max_num_fields=8, strict_parsing=False)
+    except (UnicodeDecodeError, ValueError):
+        return None
+    values = fields.get("choice", [])
+    if len(values) != 1 or len(values[0]) > 6 or not (values[0].isascii() and values[0].isdigit()):
+        return None
+    return int(values[0])
 
 
 def render_card_page(card: Card, token: str) -> str:

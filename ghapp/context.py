@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import os
@@ -75,7 +76,28 @@ def _stamp(path: Path) -> tuple[str, int, int] | None:
 
 
 def read_master_key(home: Path) -> bytes:
-    return (home / "master.key").read_text().strip().encode()
+    """The bytes of ``master.key`` (surrounding white space dropped), checked for strength.
+
+    Raises :class:`~ghapp.settings.SettingsError` (one line, with what to do) when the file
+    cannot be read or the key is weak: card links signed with a weak key can be forged.
+    """
+    from ghapp.links import WeakKeyError, check_master_key  # noqa: PLC0415
+    from ghapp.settings import SettingsError  # noqa: PLC0415
+
+    path = home / "master.key"
+    try:
+        raw = path.read_bytes().strip()
+    except FileNotFoundError:
+        raise SettingsError(f"{path} is missing: run 'autoloop init' first") from None
+    except OSError as exc:
+        raise SettingsError(f"{path} cannot be read ({exc.strerror})") from None
+    try:
+        return check_master_key(raw)
+    except WeakKeyError as exc:
+        raise SettingsError(
+            f"{path} is refused: {exc}. Move it away and run 'autoloop init' to write a new "
+            "one (links already sent stop working)"
+        ) from None
 
 
 @dataclass
@@ -142,9 +164,13 @@ def secret_values(home: Path, rules: Rules, env: Mapping[str, str]) -> list[str]
     for name in ("AUTOLOOP_GITHUB_WEBHOOK_SECRET",):
         if env.get(name):
             values.append(env[name])
-    key = home / "master.key"
-    if key.exists():
-        values.append(key.read_text().strip())
+    try:
+        key = (home / "master.key").read_bytes().strip()
+    except OSError:
+        key = b""
+    with contextlib.suppress(UnicodeDecodeError):  # a binary key never shows up as text
+        if key:
+            values.append(key.decode())
     return values
 
 

@@ -3,6 +3,11 @@
 The token is ``<card>.<expiry>.<mac>`` in URL-safe form; the MAC is HMAC-SHA256 with a
 key derived from ``master.key`` for this purpose only, so a leaked link key does not
 reveal the master key and links can be revoked by rotating ``master.key``.
+
+A link is as strong as ``master.key``: :func:`check_master_key` refuses a key shorter
+than :data:`MIN_KEY_BYTES` or made of a handful of repeated characters, and
+:class:`CardLinks` will not be built on one. ``autoloop init`` writes 32 random bytes
+(64 hex digits).
 """
 
 from __future__ import annotations
@@ -14,6 +19,25 @@ import time
 from collections.abc import Callable
 
 LINK_TTL_S = 7 * 24 * 3600
+MIN_KEY_BYTES = 32
+MIN_DISTINCT_BYTES = 8
+
+
+class WeakKeyError(ValueError):
+    """A master key too short or too regular to sign anything; ``str()`` says why."""
+
+
+def check_master_key(key: bytes) -> bytes:
+    """``key`` itself when it is strong enough to derive link and turn keys from."""
+    if len(key) < MIN_KEY_BYTES:
+        raise WeakKeyError(
+            f"the key has {len(key)} bytes; it needs at least {MIN_KEY_BYTES} random bytes"
+        )
+    if len(set(key)) < MIN_DISTINCT_BYTES:
+        raise WeakKeyError(
+            f"the key uses only {len(set(key))} distinct characters; it must be random"
+        )
+    return key
 
 
 def derive(master: bytes, purpose: str) -> bytes:
@@ -24,7 +48,7 @@ class CardLinks:
     def __init__(
         self, master: bytes, *, base_url: str = "", now: Callable[[], float] = time.time
     ) -> None:
-        self.key = derive(master, "card-links")
+        self.key = derive(check_master_key(master), "card-links")
         self.base_url = base_url.rstrip("/")
         self.now = now
 
@@ -41,11 +65,13 @@ class CardLinks:
 
     def verify(self, token: str) -> str | None:
         """The card id of a valid, unexpired token; None otherwise."""
+        if not token.isascii():  # compare_digest refuses non-ASCII str: no valid token has any
+            return None
         parts = token.split(".")
         if len(parts) != 3:
             return None
         card, expiry, mac = parts
-        if not hmac.compare_digest(mac, self._mac(f"{card}.{expiry}")):
+        if not hmac.compare_digest(mac.encode(), self._mac(f"{card}.{expiry}").encode()):
             return None
         if not expiry.isdigit() or int(expiry) < self.now():
             return None

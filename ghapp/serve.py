@@ -78,9 +78,6 @@ def build(
             "GitHub write-backs are off (webhooks are verified and recorded only): "
             "set AUTOLOOP_GITHUB_APP_ID and AUTOLOOP_GITHUB_PRIVATE_KEY to turn them on"
         )
-    key_path = ctx.home / "master.key"
-    if not key_path.exists():
-        raise SettingsError(f"{key_path} is missing: run 'autoloop init' first")
     master = read_master_key(ctx.home)
     links = CardLinks(master, base_url=base_url)
     hub = ctx.hub()

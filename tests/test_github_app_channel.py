@@ -41,7 +41,7 @@ def channel(sandbox: SandboxHandle, client: GitHubClient) -> Iterator[GitHubComm
     retry.set_testing(True)
     sandbox.world.faults.clear()
     slug = client.get_app()["slug"]
-    links = CardLinks(b"k" * 32, base_url="http://127.0.0.1:9")
+    links = CardLinks(bytes(range(32)), base_url="http://127.0.0.1:9")
     yield GitHubCommentChannel(client, f"{slug}[bot]", links=links)
     sandbox.world.faults.clear()
     retry.set_testing(False)
