@@ -1,1 +1,1 @@
-"""The shell: CLI, HTTP server, worker, stores, GitHub client, Action entry, sandbox."""
+"""The shell: CLI, HTTP server, worker, stores, GitHub client, Action entry."""

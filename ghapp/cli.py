@@ -30,7 +30,7 @@ from kernel.records import Card, EventRow, Matter, Queued, Timer, Turn
 
 # name -> "module:function"; each function takes the remaining argv and returns an exit code.
 EXTERNAL: dict[str, str] = {
-    "sandbox": "ghapp.sandbox.cli:main",
+    "sandbox": "fakegithub.cli:main",
     "serve": "ghapp.serve:main",
     "demo": "ghapp.demo:main",
     "work": "ghapp.worker:main",

@@ -23,9 +23,9 @@ from typing import Any
 
 import uvicorn
 
+from fakegithub.server import SandboxHandle, free_port, running_sandbox
 from ghapp.app import create_app
 from ghapp.context import Context, init_home
-from ghapp.sandbox.server import SandboxHandle, free_port, running_sandbox
 from ghapp.serve import Running, build
 from ghapp.settings import Settings
 from kernel.records import Action, Card, Turn

@@ -7,11 +7,11 @@ from dataclasses import replace
 
 import pytest
 
+from fakegithub.server import SandboxHandle, running_sandbox
 from ghapp import retry
 from ghapp.github import GitHubClient
 from ghapp.github_channel import GitHubCommentChannel, render_card
 from ghapp.links import CardLinks
-from ghapp.sandbox.server import SandboxHandle, running_sandbox
 from ghapp.settings import Settings
 from kernel.records import Card, Matter
 

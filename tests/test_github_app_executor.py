@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
+from fakegithub.server import SandboxHandle, running_sandbox
 from ghapp import retry
 from ghapp.github import GitHubClient
 from ghapp.github_executor import GitHubExecutor, find_marked
 from ghapp.hub import ActionFailed
 from ghapp.retry import AmbiguousWrite, RateLimited
-from ghapp.sandbox.server import SandboxHandle, running_sandbox
 from ghapp.settings import Settings
 from kernel.records import Action
 

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fakegithub.server import SandboxHandle, free_port, running_sandbox
 from ghapp import retry
 from ghapp.github import GitHubClient
 from ghapp.github_answers import AnswerDesk
 from ghapp.hub import ActionFailed
-from ghapp.sandbox.server import SandboxHandle, free_port, running_sandbox
 from ghapp.settings import Settings
 from ghapp.sweeper import Sweeper
 from kernel.model import Event

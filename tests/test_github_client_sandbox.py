@@ -11,9 +11,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
+from fakegithub.server import SandboxHandle, running_sandbox
 from ghapp import retry
 from ghapp.github import AmbiguousWrite, Conflict, GitHubClient
-from ghapp.sandbox.server import SandboxHandle, running_sandbox
 from ghapp.sansio import parse_webhook_headers, verify_signature
 from ghapp.settings import Settings
 from kernel.model import Event

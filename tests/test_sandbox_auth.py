@@ -12,14 +12,14 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from ghapp.sandbox.auth import (
+from fakegithub.auth import (
     BAD_CREDENTIALS,
     JWT_EXPIRED,
     JWT_IAT,
     JWT_TOO_LONG,
     JWT_UNDECODABLE,
 )
-from ghapp.sandbox.server import SandboxHandle, running_sandbox
+from fakegithub.server import SandboxHandle, running_sandbox
 
 HEADERS = {"Accept": "application/vnd.github+json", "X-GitHub-Api-Version": "2022-11-28"}
 

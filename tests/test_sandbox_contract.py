@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from githubkit.exception import RequestFailed
 
-from ghapp.sandbox.server import SandboxHandle, running_sandbox
+from fakegithub.server import SandboxHandle, running_sandbox
 from tests.sandbox_helpers import (
     Receiver,
     check_response,

@@ -9,8 +9,8 @@ import httpx
 import pytest
 from githubkit.exception import GitHubException, RequestFailed
 
-from ghapp.sandbox.faults import SECONDARY_RATE_LIMIT
-from ghapp.sandbox.server import SandboxHandle, running_sandbox
+from fakegithub.faults import SECONDARY_RATE_LIMIT
+from fakegithub.server import SandboxHandle, running_sandbox
 from tests.sandbox_helpers import Receiver, githubkit_for
 
 

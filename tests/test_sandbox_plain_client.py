@@ -9,7 +9,7 @@ import time
 import httpx
 import jwt
 
-from ghapp.sandbox.server import running_sandbox
+from fakegithub.server import running_sandbox
 
 
 def test_a_plain_httpx_script_reads_the_policy_and_comments() -> None:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from ghapp.sandbox.server import SandboxHandle, running_sandbox
+from fakegithub.server import SandboxHandle, running_sandbox
 
 
 @pytest.fixture

@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from ghapp.sandbox.server import SandboxHandle, running_sandbox
-from ghapp.sandbox.webhooks import signature_256
+from fakegithub.server import SandboxHandle, running_sandbox
+from fakegithub.webhooks import signature_256
 from tests.sandbox_helpers import FIXTURES, Receiver, check_webhook, githubkit_app, githubkit_for
 
 

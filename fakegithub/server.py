@@ -1,0 +1,232 @@
+"""The sandbox GitHub as an object, an ASGI app, and a server running in a thread.
+
+Python API::
+
+    from fakegithub.server import running_sandbox
+
+    with running_sandbox(app_url="http://127.0.0.1:8080/github/webhook") as gh:
+        gh.api_url            # REST base URL, e.g. http://127.0.0.1:53211
+        gh.control_url        # gh.api_url + "/_sandbox"
+        gh.app_id, gh.private_key_pem, gh.private_key_path, gh.webhook_secret
+        gh.installation_id, gh.repo            # "sandbox/demo"
+        gh.world.open_issue("reader", "Crash on start", labels=["bug"])
+        gh.world.push("maintainer", "fix", {"app.py": "print('ok')\\n"})
+        number = gh.world.open_pr("maintainer", "fix", "Fix the crash")
+        gh.world.set_ci({"ci": "success"}, delay=0.2)
+        gh.world.set_deploy(delay=0.2)
+        gh.world.approve("maintainer", number)     # people act without tokens
+        gh.world.user_token("reader")              # or get a token to use the REST API
+        gh.world.faults.add("response_lost", method="PUT", path="*/merge")
+        gh.world.audit.entries(method="PUT")       # every applied write
+        gh.world.deliveries                        # every webhook attempt
+        gh.world.set_app_url(url)
+        gh.world.settle()                          # wait for CI, deploys and webhooks
+
+``Sandbox`` holds the world (:class:`~fakegithub.state.State`), the token authority,
+the webhook sender, faults, audit log and scripted world; ``create_app(sandbox)`` builds
+the Starlette app (REST API + ``/_sandbox/`` control routes) without starting anything.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+
+from fakegithub.audit import AuditLog
+from fakegithub.auth import Auth
+from fakegithub.faults import FaultMiddleware, Faults
+from fakegithub.keys import KeyPair
+from fakegithub.routes import app as routes_app
+from fakegithub.routes import checks as routes_checks
+from fakegithub.routes import control as routes_control
+from fakegithub.routes import issues as routes_issues
+from fakegithub.routes import pulls as routes_pulls
+from fakegithub.routes import repos as routes_repos
+from fakegithub.scheduler import Scheduler
+from fakegithub.seed import seed
+from fakegithub.state import State, utc_now
+from fakegithub.webhooks import WebhookSender
+from fakegithub.world import World
+
+# Each sandbox in a process numbers its objects from a different base, so that clients
+# which cache JWTs and tokens per App id or installation id (githubkit does, process-wide)
+# never mix up two sandboxes.
+_INSTANCES = itertools.count()
+
+
+class Sandbox:
+    """The whole sandbox GitHub, in memory, not yet serving."""
+
+    def __init__(
+        self,
+        *,
+        app_url: str | None = None,
+        base_url: str = "http://127.0.0.1",
+        clock: Callable[[], datetime] = utc_now,
+        token_lifetime: timedelta = timedelta(hours=1),
+        fault_seed: int | None = None,
+        key: KeyPair | None = None,
+    ) -> None:
+        self.state = State(clock=clock, base_url=base_url)
+        self.state.first_ids(1000 + 100_000 * next(_INSTANCES))
+        seeded = seed(self.state, app_url=app_url, key=key)
+        self.app = seeded.app
+        self.ci_app = seeded.ci_app
+        self.private_key_pem = seeded.private_key_pem
+        self.installation_id = seeded.installation.id
+        self.repo = seeded.repo.full_name
+        self.auth = Auth(self.state, token_lifetime=token_lifetime)
+        self.audit = AuditLog(self.state)
+        self.faults = Faults(fault_seed)
+        self.hooks = WebhookSender(self.state, self.app, self.faults)
+        self.state.listeners.append(self.hooks.on_event)
+        self.scheduler = Scheduler()
+        self.world = World(self)
+        initial = seeded.repo.branches[seeded.repo.default_branch]
+        self.world.live_versions[self.repo] = {"sha": initial, "version": f"v-{initial[:7]}"}
+
+    def start(self) -> None:
+        self.hooks.start()
+        self.scheduler.start()
+
+    def stop(self) -> None:
+        self.scheduler.stop()
+        self.hooks.stop()
+
+
+def create_app(sandbox: Sandbox) -> Any:
+    """The ASGI app: the REST API and ``/_sandbox/`` control routes, behind fault injection."""
+    routes = [
+        *routes_app.ROUTES,
+        *routes_issues.ROUTES,
+        *routes_pulls.ROUTES,
+        *routes_checks.ROUTES,
+        *routes_repos.ROUTES,
+        *routes_control.ROUTES,
+    ]
+    app = Starlette(routes=routes)
+    app.state.sandbox = sandbox
+    return FaultMiddleware(app, sandbox.faults, lambda: sandbox.state.base_url)
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxHandle:
+    sandbox: Sandbox
+    api_url: str
+    private_key_path: Path
+
+    @property
+    def control_url(self) -> str:
+        return f"{self.api_url}/_sandbox"
+
+    @property
+    def world(self) -> World:
+        return self.sandbox.world
+
+    @property
+    def app_id(self) -> int:
+        return self.sandbox.app.id
+
+    @property
+    def private_key_pem(self) -> str:
+        return self.sandbox.private_key_pem
+
+    @property
+    def webhook_secret(self) -> str:
+        return self.sandbox.app.webhook_secret
+
+    @property
+    def installation_id(self) -> int:
+        return self.sandbox.installation_id
+
+    @property
+    def repo(self) -> str:
+        return self.sandbox.repo
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def write_private_key(pem: str, folder: Path) -> Path:
+    path = folder / "sandbox-app.private-key.pem"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(pem)
+    path.chmod(0o600)
+    return path
+
+
+class _Server(uvicorn.Server):
+    def install_signal_handlers(self) -> None:
+        """The thread that runs us is not the main thread: leave signals alone."""
+
+
+def serve_in_thread(app: Any, host: str, port: int) -> tuple[_Server, threading.Thread]:
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=False,
+        http="h11",
+        lifespan="off",
+        loop="asyncio",
+    )
+    server = _Server(config)
+    thread = threading.Thread(target=server.run, name="sandbox-http", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError(f"the sandbox could not listen on {host}:{port}")
+        time.sleep(0.005)
+    return server, thread
+
+
+@contextmanager
+def running_sandbox(
+    app_url: str | None = None,
+    port: int = 0,
+    *,
+    host: str = "127.0.0.1",
+    token_lifetime: timedelta = timedelta(hours=1),
+    clock: Callable[[], datetime] = utc_now,
+    fault_seed: int | None = None,
+) -> Iterator[SandboxHandle]:
+    """Runs a fresh sandbox on loopback in a background thread for the ``with`` block."""
+    port = port or free_port(host)
+    api_url = f"http://{host}:{port}"
+    sandbox = Sandbox(
+        app_url=app_url,
+        base_url=api_url,
+        clock=clock,
+        token_lifetime=token_lifetime,
+        fault_seed=fault_seed,
+    )
+    with tempfile.TemporaryDirectory(prefix="autoloop-sandbox-") as folder:
+        key_path = write_private_key(sandbox.private_key_pem, Path(folder))
+        sandbox.start()
+        server, thread = serve_in_thread(create_app(sandbox), host, port)
+        try:
+            yield SandboxHandle(sandbox, api_url, key_path)
+        finally:
+            server.should_exit = True
+            thread.join(timeout=10)
+            sandbox.stop()

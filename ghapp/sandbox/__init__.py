@@ -1,1 +1,0 @@
-"""Autoloop: ghapp/sandbox."""
