@@ -7,7 +7,7 @@ import json
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlencode
 
 from starlette.requests import Request
@@ -16,10 +16,8 @@ from starlette.responses import JSONResponse, Response
 from fakegithub.auth import JWT_UNDECODABLE, Principal, authorize_repo
 from fakegithub.errors import ApiError
 from fakegithub.model import Repo
+from fakegithub.sandbox import Sandbox
 from fakegithub.state import Actor
-
-if TYPE_CHECKING:
-    from fakegithub.server import Sandbox
 
 WRITE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 Result = tuple[int, Any] | tuple[int, Any, dict[str, str]]

@@ -38,8 +38,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     key = KeyInTheMaking()  # overlaps with importing the server
+    from fakegithub.sandbox import Sandbox  # noqa: PLC0415  # imported after the key started
     from fakegithub.server import (  # noqa: PLC0415  # imported after the key started
-        Sandbox,
         create_app,
         free_port,
         serve_in_thread,

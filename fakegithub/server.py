@@ -1,4 +1,4 @@
-"""The sandbox GitHub as an object, an ASGI app, and a server running in a thread.
+"""The sandbox GitHub served: an ASGI app, and a server running in a thread.
 
 Python API::
 
@@ -22,14 +22,14 @@ Python API::
         gh.world.set_app_url(url)
         gh.world.settle()                          # wait for CI, deploys and webhooks
 
-``Sandbox`` holds the world (:class:`~fakegithub.state.State`), the token authority,
-the webhook sender, faults, audit log and scripted world; ``create_app(sandbox)`` builds
-the Starlette app (REST API + ``/_sandbox/`` control routes) without starting anything.
+``create_app(sandbox)`` builds the Starlette app around a
+:class:`~fakegithub.sandbox.Sandbox` (REST API + ``/_sandbox/`` control routes) without
+starting anything. It is the one place that joins the route tables: this module imports
+the routes, and nothing below it imports this module.
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 import socket
 import tempfile
@@ -45,66 +45,16 @@ from typing import Any
 import uvicorn
 from starlette.applications import Starlette
 
-from fakegithub.audit import AuditLog
-from fakegithub.auth import Auth
-from fakegithub.faults import FaultMiddleware, Faults
-from fakegithub.keys import KeyPair
+from fakegithub.faults import FaultMiddleware
 from fakegithub.routes import app as routes_app
 from fakegithub.routes import checks as routes_checks
 from fakegithub.routes import control as routes_control
 from fakegithub.routes import issues as routes_issues
 from fakegithub.routes import pulls as routes_pulls
 from fakegithub.routes import repos as routes_repos
-from fakegithub.scheduler import Scheduler
-from fakegithub.seed import seed
-from fakegithub.state import State, utc_now
-from fakegithub.webhooks import WebhookSender
+from fakegithub.sandbox import Sandbox
+from fakegithub.state import utc_now
 from fakegithub.world import World
-
-# Each sandbox in a process numbers its objects from a different base, so that clients
-# which cache JWTs and tokens per App id or installation id (githubkit does, process-wide)
-# never mix up two sandboxes.
-_INSTANCES = itertools.count()
-
-
-class Sandbox:
-    """The whole sandbox GitHub, in memory, not yet serving."""
-
-    def __init__(
-        self,
-        *,
-        app_url: str | None = None,
-        base_url: str = "http://127.0.0.1",
-        clock: Callable[[], datetime] = utc_now,
-        token_lifetime: timedelta = timedelta(hours=1),
-        fault_seed: int | None = None,
-        key: KeyPair | None = None,
-    ) -> None:
-        self.state = State(clock=clock, base_url=base_url)
-        self.state.first_ids(1000 + 100_000 * next(_INSTANCES))
-        seeded = seed(self.state, app_url=app_url, key=key)
-        self.app = seeded.app
-        self.ci_app = seeded.ci_app
-        self.private_key_pem = seeded.private_key_pem
-        self.installation_id = seeded.installation.id
-        self.repo = seeded.repo.full_name
-        self.auth = Auth(self.state, token_lifetime=token_lifetime)
-        self.audit = AuditLog(self.state)
-        self.faults = Faults(fault_seed)
-        self.hooks = WebhookSender(self.state, self.app, self.faults)
-        self.state.listeners.append(self.hooks.on_event)
-        self.scheduler = Scheduler()
-        self.world = World(self)
-        initial = seeded.repo.branches[seeded.repo.default_branch]
-        self.world.live_versions[self.repo] = {"sha": initial, "version": f"v-{initial[:7]}"}
-
-    def start(self) -> None:
-        self.hooks.start()
-        self.scheduler.start()
-
-    def stop(self) -> None:
-        self.scheduler.stop()
-        self.hooks.stop()
 
 
 def create_app(sandbox: Sandbox) -> Any:

@@ -19,21 +19,20 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from fakegithub.audit import AuditLog
+from fakegithub.auth import Auth
 from fakegithub.errors import SandboxError
 from fakegithub.faults import Faults
-from fakegithub.model import Protection, Repo, Ruleset
+from fakegithub.model import App, Protection, Repo, Ruleset
 from fakegithub.ops import checks as ops_checks
 from fakegithub.ops import git as ops_git
 from fakegithub.ops import issues as ops_issues
 from fakegithub.ops import pulls as ops_pulls
-from fakegithub.state import Actor, Event
-from fakegithub.webhooks import Delivery
-
-if TYPE_CHECKING:
-    from fakegithub.server import Sandbox
+from fakegithub.scheduler import Scheduler
+from fakegithub.state import Actor, Event, State
+from fakegithub.webhooks import Delivery, WebhookSender
 
 DEFAULT_REPO = "sandbox/demo"
 
@@ -54,10 +53,33 @@ class DeployScript:
     version: str | None = None
 
 
+class Parts(Protocol):
+    """What the world acts through: the parts of a :class:`~fakegithub.sandbox.Sandbox`.
+
+    A Protocol, so that the sandbox may own its world without the world importing it."""
+
+    @property
+    def state(self) -> State: ...
+    @property
+    def app(self) -> App: ...
+    @property
+    def ci_app(self) -> App: ...
+    @property
+    def auth(self) -> Auth: ...
+    @property
+    def audit(self) -> AuditLog: ...
+    @property
+    def faults(self) -> Faults: ...
+    @property
+    def hooks(self) -> WebhookSender: ...
+    @property
+    def scheduler(self) -> Scheduler: ...
+
+
 class World:
     """Scripted people, CI and deploys (see the module docstring)."""
 
-    def __init__(self, sandbox: Sandbox) -> None:
+    def __init__(self, sandbox: Parts) -> None:
         self.sandbox = sandbox
         self.state = sandbox.state
         self.ci: dict[str, CiScript] = {}

@@ -6,6 +6,7 @@ from typing import Any
 
 from fakegithub.errors import ApiError, not_found
 from fakegithub.events import emit
+from fakegithub.merging import context_results
 from fakegithub.model import (
     CheckRun,
     CheckSuite,
@@ -247,8 +248,6 @@ def create_deployment(state: State, repo: Repo, actor: Actor, body: dict[str, An
             sha = resolve(repo, ref)
         except ApiError as exc:
             raise ApiError(422, f"No ref found for: {ref}") from exc
-        from fakegithub.merging import context_results  # noqa: PLC0415  # avoids a cycle at import
-
         results = context_results(repo, sha)
         required = body.get("required_contexts")
         wanted = list(results) if required is None else list(required)

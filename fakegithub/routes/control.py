@@ -13,7 +13,7 @@ import inspect
 import ipaddress
 import json
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -21,9 +21,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from fakegithub.errors import ApiError, SandboxError
-
-if TYPE_CHECKING:
-    from fakegithub.server import Sandbox
+from fakegithub.sandbox import Sandbox
 
 OPERATIONS = (
     "open_issue",
