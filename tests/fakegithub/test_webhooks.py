@@ -14,7 +14,7 @@ import pytest
 
 from fakegithub.server import SandboxHandle, running_sandbox
 from fakegithub.webhooks import signature_256
-from tests.sandbox_helpers import FIXTURES, Receiver, check_webhook, githubkit_app, githubkit_for
+from tests.fakegithub.helpers import FIXTURES, Receiver, check_webhook, githubkit_app, githubkit_for
 
 
 def test_the_signing_function_matches_githubs_documented_test_vector() -> None:

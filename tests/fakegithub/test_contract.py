@@ -10,7 +10,7 @@ import pytest
 from githubkit.exception import RequestFailed
 
 from fakegithub.server import SandboxHandle, running_sandbox
-from tests.sandbox_helpers import (
+from tests.fakegithub.helpers import (
     Receiver,
     check_response,
     githubkit_app,

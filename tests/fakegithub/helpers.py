@@ -1,4 +1,4 @@
-"""Shared helpers for the sandbox GitHub tests: schema validators over the copied GitHub
+"""Shared helpers for the fake GitHub's tests: schema validators over the copied GitHub
 material, a real webhook receiver on loopback, and ready-made clients."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from openapi_schema_validator import OAS30Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT7
 
-FIXTURES = Path(__file__).parent / "fixtures" / "github"
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "github"
 HOOK_SCHEMAS = FIXTURES / "webhook-schemas"
 
 

@@ -11,7 +11,7 @@ from githubkit.exception import GitHubException, RequestFailed
 
 from fakegithub.faults import SECONDARY_RATE_LIMIT
 from fakegithub.server import SandboxHandle, running_sandbox
-from tests.sandbox_helpers import Receiver, githubkit_for
+from tests.fakegithub.helpers import Receiver, githubkit_for
 
 
 @pytest.fixture
