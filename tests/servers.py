@@ -14,10 +14,10 @@ from typing import Any
 
 import uvicorn
 
-from ghapp.app import create_app
-from ghapp.context import Context, init_home
-from ghapp.serve import Running, build
-from ghapp.settings import Settings
+from ghapp.commands.home import Context, init_home
+from ghapp.commands.serve import Running, build
+from ghapp.runtime.settings import Settings
+from ghapp.web.app import create_app
 
 
 def free_port() -> int:

@@ -20,8 +20,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from ghapp.context import Context, home_from_env, init_home
-from ghapp.hub import read_details
+from ghapp.commands.home import Context, home_from_env, init_home
+from ghapp.runtime.hub import read_details
 from ghapp.store.base import StoreError
 from kernel.codec import to_data
 from kernel.errors import ConfigError
@@ -31,9 +31,9 @@ from kernel.records import Card, EventRow, Matter, Queued, Timer, Turn
 # name -> "module:function"; each function takes the remaining argv and returns an exit code.
 EXTERNAL: dict[str, str] = {
     "sandbox": "ghapp.sandbox.cli:main",
-    "serve": "ghapp.serve:main",
-    "demo": "ghapp.demo:main",
-    "work": "ghapp.worker:main",
+    "serve": "ghapp.commands.serve:main",
+    "demo": "ghapp.commands.demo:main",
+    "work": "ghapp.runtime.worker:main",
 }
 
 
@@ -109,7 +109,7 @@ def cmd_drain(args: argparse.Namespace) -> int:
     def on_card(card: Card) -> None:
         if quiet:
             return
-        from ghapp.channels import render  # noqa: PLC0415
+        from plugins.channels.local import render  # noqa: PLC0415
 
         print(render(card), flush=True)
 
@@ -124,7 +124,7 @@ def cmd_drain(args: argparse.Namespace) -> int:
 
 def _usage(ctx: Context) -> dict[str, Any]:
     """Turns, tokens and cost of today and of the last 7 days (local days of the rules)."""
-    from ghapp.budget import day_bounds, usage_between  # noqa: PLC0415
+    from ghapp.runtime.budget import day_bounds, usage_between  # noqa: PLC0415
 
     now = ctx.clock()
     try:
@@ -384,7 +384,7 @@ def cmd_cards(args: argparse.Namespace) -> int:
     if args.json:
         _print_json({"cards": [card_data(c) for c in cards]})
         return 0
-    from ghapp.channels import render  # noqa: PLC0415
+    from plugins.channels.local import render  # noqa: PLC0415
 
     if not cards:
         print("no open cards" if not args.all else "no cards")
@@ -409,7 +409,7 @@ def cmd_answer(args: argparse.Namespace) -> int:
 
 def cmd_rebuild(args: argparse.Namespace) -> int:
     ctx = Context.open()
-    from ghapp.ledger import Ledger  # noqa: PLC0415
+    from ghapp.runtime.ledger import Ledger  # noqa: PLC0415
 
     ledger = Ledger(ctx.store, ctx.rules, ctx.clock)
     if args.check:

@@ -23,11 +23,11 @@ from typing import Any
 
 import uvicorn
 
-from ghapp.app import create_app
-from ghapp.context import Context, init_home
+from ghapp.commands.home import Context, init_home
+from ghapp.commands.serve import Running, build
+from ghapp.runtime.settings import Settings
 from ghapp.sandbox.server import SandboxHandle, free_port, running_sandbox
-from ghapp.serve import Running, build
-from ghapp.settings import Settings
+from ghapp.web.app import create_app
 from kernel.records import Action, Card, Turn
 
 DEMO_RULES: dict[str, Any] = {
@@ -175,7 +175,7 @@ class Demo:
             self.note(f"{w.method} {w.path}")
         last = self.turns(ctx, done=True)[-1]
         self.step(f"the trail of the last turn (autoloop why {last.id}):")
-        from ghapp.cli import why_lines  # noqa: PLC0415  # the CLI's own rendering
+        from ghapp.commands.cli import why_lines  # noqa: PLC0415  # the CLI's own rendering
 
         for line in why_lines(ctx.store, last.id):
             self.note(line)

@@ -5,10 +5,10 @@ GitHub settings are given. It learns the App's identity (so its own doings are n
 fed back to it, and so what it wrote can be found again by author), then wires:
 
 - every channel of ``rules.json`` with ``"use": "github-comment"``
-  (:mod:`ghapp.github_channel`; card links only where the channel says ``"links": true``);
-- the ``github`` executor for receipt actions (:mod:`ghapp.github_executor`);
-- ``/answer CARD N`` comments (:mod:`ghapp.github_answers`), fed by ``server.on_comment``;
-- the sweeper for missed deliveries, labelled PRs and the outbox (:mod:`ghapp.sweeper`),
+  (:mod:`ghapp.github.channel`; card links only where the channel says ``"links": true``);
+- the ``github`` executor for receipt actions (:mod:`ghapp.github.executor`);
+- ``/answer CARD N`` comments (:mod:`ghapp.github.answers`), fed by ``server.on_comment``;
+- the sweeper for missed deliveries, labelled PRs and the outbox (:mod:`ghapp.github.sweeper`),
   every ``AUTOLOOP_GITHUB_SWEEP_S`` seconds (default 300) and once at start.
 
 It returns the background parts (``start()``/``stop()``) for the caller to run.
@@ -19,15 +19,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ghapp.app import Server
-from ghapp.github import GitHubClient
-from ghapp.github_answers import AnswerDesk
-from ghapp.github_channel import GitHubCommentChannel
-from ghapp.github_executor import GitHubExecutor
-from ghapp.hub import Hub
-from ghapp.links import CardLinks
-from ghapp.settings import GitHubSettings, SettingsError
-from ghapp.sweeper import Sweeper
+from ghapp.github.answers import AnswerDesk
+from ghapp.github.channel import GitHubCommentChannel
+from ghapp.github.client import GitHubClient
+from ghapp.github.executor import GitHubExecutor
+from ghapp.github.sweeper import Sweeper
+from ghapp.runtime.hub import Hub
+from ghapp.runtime.links import CardLinks
+from ghapp.runtime.settings import GitHubSettings, SettingsError
+from ghapp.web.app import Server
 
 __all__ = ["attach"]
 

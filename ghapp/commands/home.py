@@ -13,7 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ghapp.hub import LEASE_MARGIN_S, Hub, clock_from_env, load_rules, rules_path
+from ghapp.runtime.hub import LEASE_MARGIN_S, Hub, clock_from_env, load_rules, rules_path
 from ghapp.store.base import Store, open_store
 from kernel.errors import ConfigError
 from kernel.model import Rules
@@ -78,11 +78,11 @@ def _stamp(path: Path) -> tuple[str, int, int] | None:
 def read_master_key(home: Path) -> bytes:
     """The bytes of ``master.key`` (surrounding white space dropped), checked for strength.
 
-    Raises :class:`~ghapp.settings.SettingsError` (one line, with what to do) when the file
+    Raises :class:`~ghapp.runtime.settings.SettingsError` (one line, with what to do) when the file
     cannot be read or the key is weak: card links signed with a weak key can be forged.
     """
-    from ghapp.links import WeakKeyError, check_master_key  # noqa: PLC0415
-    from ghapp.settings import SettingsError  # noqa: PLC0415
+    from ghapp.runtime.links import WeakKeyError, check_master_key  # noqa: PLC0415
+    from ghapp.runtime.settings import SettingsError  # noqa: PLC0415
 
     path = home / "master.key"
     try:
@@ -140,8 +140,8 @@ class Context:
         return rules
 
     def hub(self, **kw: object) -> Hub:
-        from ghapp.channels import make_channels  # noqa: PLC0415
         from plugins.agents.registry import make_agent  # noqa: PLC0415
+        from plugins.channels.local import make_channels  # noqa: PLC0415
 
         rules = self.rules()
         redact = make_redact(self.home, rules, self.env)
@@ -175,9 +175,9 @@ def secret_values(home: Path, rules: Rules, env: Mapping[str, str]) -> list[str]
 
 
 def make_redactor(home: Path, rules: Rules, env: Mapping[str, str]) -> Any:
-    """A ``ghapp.redact.Redactor`` for this process, or None where it is not installed."""
+    """A ``ghapp.runtime.redact.Redactor`` for this process, or None where it is not installed."""
     try:
-        from ghapp.redact import (  # type: ignore[import-not-found, unused-ignore]  # noqa: PLC0415
+        from ghapp.runtime.redact import (  # type: ignore[import-not-found, unused-ignore]  # noqa: PLC0415
             Redactor,
         )
     except ImportError:  # the redactor is landing in parallel; until then, store as is
@@ -198,8 +198,8 @@ def configure_logs(ctx: Context) -> None:
     """Log to stderr, every record redacted (level from AUTOLOOP_LOG_LEVEL, default INFO)."""
     level = ctx.env.get("AUTOLOOP_LOG_LEVEL") or "INFO"
     redactor = make_redactor(ctx.home, ctx.rules(), ctx.env)
-    try:  # ghapp.logs is landing in parallel with the redactor
-        logs: Any = importlib.import_module("ghapp.logs")
+    try:  # ghapp.runtime.logs is landing in parallel with the redactor
+        logs: Any = importlib.import_module("ghapp.runtime.logs")
     except ImportError:
         logs = None
     try:
@@ -216,7 +216,7 @@ def configure_logs(ctx: Context) -> None:
 def reset_logs() -> None:
     """Undo :func:`configure_logs` (a command's ``main`` may run inside another program)."""
     try:
-        logs: Any = importlib.import_module("ghapp.logs")
+        logs: Any = importlib.import_module("ghapp.runtime.logs")
     except ImportError:
         return
     logs.reset_logging()

@@ -1,6 +1,6 @@
 """``autoloop serve``: the webhook server, generic sources, card pages and the worker loop.
 
-Settings come from the environment or ``--config FILE`` (see :mod:`ghapp.settings`).
+Settings come from the environment or ``--config FILE`` (see :mod:`ghapp.runtime.settings`).
 
 - App id or private key given: all GitHub settings must be valid (one clear line
   otherwise), and the server both receives webhooks and writes back to GitHub.
@@ -25,12 +25,12 @@ from typing import Any
 
 import uvicorn
 
-from ghapp.app import Server, create_app
-from ghapp.context import Context, configure_logs, read_master_key, reset_logs
-from ghapp.ingest import IngestQueue
-from ghapp.links import CardLinks
-from ghapp.settings import Settings, SettingsError
-from ghapp.worker import WorkerLoop
+from ghapp.commands.home import Context, configure_logs, read_master_key, reset_logs
+from ghapp.runtime.ingest import IngestQueue
+from ghapp.runtime.links import CardLinks
+from ghapp.runtime.settings import Settings, SettingsError
+from ghapp.runtime.worker import WorkerLoop
+from ghapp.web.app import Server, create_app
 from kernel.errors import ConfigError
 
 
@@ -105,7 +105,7 @@ def build(
         wake=worker.wake,
     )
     if github is not None:
-        from ghapp.github_app import attach  # noqa: PLC0415  # only with GitHub configured
+        from ghapp.commands.github_app import attach  # noqa: PLC0415  # only with GitHub configured
 
         extras.extend(attach(server, hub, github, links=links, env=ctx.env))
     return Running(server=server, worker=worker, queue=queue, extras=extras, notes=notes)

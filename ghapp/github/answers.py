@@ -42,10 +42,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
 
-from ghapp.github import GitHubClient
-from ghapp.github_executor import Target, find_marked, marker, subject_target
-from ghapp.hub import Hub
-from ghapp.retry import AmbiguousWrite
+from ghapp.github.client import GitHubClient
+from ghapp.github.executor import Target, find_marked, marker, subject_target
+from ghapp.github.retry import AmbiguousWrite
+from ghapp.runtime.hub import Hub
 from kernel import step as k
 from kernel.model import Event
 from kernel.records import Card, EventRow, Matter

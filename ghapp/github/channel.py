@@ -20,10 +20,10 @@ import re
 import threading
 from typing import Any
 
-from ghapp.github import GitHubClient, NotFound
-from ghapp.github_executor import Target, defuse, find_marked, marker, subject_target
-from ghapp.links import CardLinks
-from ghapp.retry import AmbiguousWrite
+from ghapp.github.client import GitHubClient, NotFound
+from ghapp.github.executor import Target, defuse, find_marked, marker, subject_target
+from ghapp.github.retry import AmbiguousWrite
+from ghapp.runtime.links import CardLinks
 from kernel.records import Card, Matter
 
 __all__ = ["GitHubCommentChannel", "render_card"]

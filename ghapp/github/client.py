@@ -4,11 +4,11 @@ One stack: githubkit's generic ``GitHub.request`` (base URL, headers, httpx
 transport), configured with ``auto_retry=False`` (its default retries any 5xx,
 merges included), no HTTP cache (a re-read before a write must see GitHub's
 present state) and a timeout on every call. All retrying happens in
-:mod:`ghapp.retry`; errors are that module's :class:`~ghapp.retry.GitHubError`
+:mod:`ghapp.github.retry`; errors are that module's :class:`~ghapp.github.retry.GitHubError`
 tree. Answers are returned as plain dicts and lists, read leniently by callers.
 
 Authentication: repository calls use an installation token (looked up per
-repository, cached, renewed before expiry, see :mod:`ghapp.auth`); App calls
+repository, cached, renewed before expiry, see :mod:`ghapp.github.auth`); App calls
 (deliveries, the App itself) use the App's JWT. A plain ``token`` (for example an
 Action's token) may be given instead of an App. A token GitHub refuses (401) is
 dropped and the call is made once more with a new one: a 401 means nothing was
@@ -31,15 +31,15 @@ import httpx
 from githubkit import GitHub
 from githubkit.exception import RequestError, RequestFailed
 
-from ghapp import retry
-from ghapp.auth import (
+from ghapp.github import retry
+from ghapp.github.auth import (
     AppJWT,
     InstallationToken,
     InstallationTokens,
     RepoInstallations,
     parse_installation_token,
 )
-from ghapp.retry import (
+from ghapp.github.retry import (
     DEFAULT_POLICY,
     AmbiguousWrite,
     Conflict,
@@ -53,7 +53,7 @@ from ghapp.retry import (
     Unprocessable,
     Unreachable,
 )
-from ghapp.settings import DEFAULT_GITHUB_URL, GitHubSettings
+from ghapp.runtime.settings import DEFAULT_GITHUB_URL, GitHubSettings
 
 __all__ = [
     "AmbiguousWrite",
@@ -172,7 +172,7 @@ class GitHubClient:
             timeout=self.timeout,
             transport=self._pool,
             trust_env=False,  # proxies from the environment are applied by the pool
-            auto_retry=False,  # retries live in ghapp.retry, reads only
+            auto_retry=False,  # retries live in ghapp.github.retry, reads only
             http_cache=False,  # re-reads must see the present state
             follow_redirects=True,
         )

@@ -7,7 +7,7 @@ answer, a raised error). Every operation therefore follows one pattern:
 
 - first attempt: write;
 - a retry (``attempts > 0``), or a write whose answer was lost
-  (:class:`~ghapp.retry.AmbiguousWrite`): read GitHub back first, and write only what
+  (:class:`~ghapp.github.retry.AmbiguousWrite`): read GitHub back first, and write only what
   is still missing (or edit what we wrote), never the same thing twice.
 
 What we write is found again by a hidden marker plus our own author
@@ -25,7 +25,7 @@ review bodies. The action id is the deterministic idempotency key.
 | ``github.merge`` | ``sha`` (the head the decision was made on), ``method`` | the PR: merged? |
 
 Every action names ``repo`` (``owner/name``) and ``number``. Bad parameters and GitHub's
-refusals (404, 403, 409, 422...) raise :class:`~ghapp.hub.ActionFailed`: the action is
+refusals (404, 403, 409, 422...) raise :class:`~ghapp.runtime.hub.ActionFailed`: the action is
 recorded failed and a notice card says why. Transient trouble (no answer, 5xx, rate
 limits) propagates: the action stays allowed and the next sweep retries it, reading
 back first.
@@ -38,9 +38,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ghapp.github import GitHubClient
-from ghapp.hub import ActionFailed
-from ghapp.retry import (
+from ghapp.github.client import GitHubClient
+from ghapp.github.retry import (
     AmbiguousWrite,
     GitHubError,
     RateLimited,
@@ -48,6 +47,7 @@ from ghapp.retry import (
     Unauthorized,
     Unreachable,
 )
+from ghapp.runtime.hub import ActionFailed
 from kernel.records import Action
 
 __all__ = [

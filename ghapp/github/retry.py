@@ -41,7 +41,7 @@ from typing import Any
 import httpx
 import tenacity
 
-from ghapp.sansio import parse_rate_limit
+from ghapp.github.sansio import parse_rate_limit
 
 __all__ = [
     "DEFAULT_POLICY",

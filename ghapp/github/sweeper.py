@@ -30,9 +30,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ghapp.github import GitHubClient
-from ghapp.hub import Hub
-from ghapp.retry import AmbiguousWrite
+from ghapp.github.client import GitHubClient
+from ghapp.github.retry import AmbiguousWrite
+from ghapp.runtime.hub import Hub
 from kernel.model import Event
 from kernel.records import EventRow
 

@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from ghapp.budget import UsageMeter, cap_notice, day_bounds
-from ghapp.ledger import Ledger, Outcome
+from ghapp.runtime.budget import UsageMeter, cap_notice, day_bounds
+from ghapp.runtime.ledger import Ledger, Outcome
+from ghapp.runtime.turns import prepare, run_agent, stop_leftovers
 from ghapp.store.base import Store
-from ghapp.turns import prepare, run_agent, stop_leftovers
 from kernel import facts as f
 from kernel import step as k
 from kernel.cron import parse_cron

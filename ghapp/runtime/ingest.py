@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ghapp.ledger import Ledger, Outcome
+from ghapp.runtime.ledger import Ledger, Outcome
 from kernel import step as k
 
 Prepare = Callable[[], list[k.Input]]

@@ -24,7 +24,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-from ghapp.redact import Redactor
+from ghapp.runtime.redact import Redactor
 
 __all__ = ["configure_logging", "get_logger", "reset_logging"]
 

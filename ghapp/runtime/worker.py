@@ -25,7 +25,7 @@ import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from ghapp.hub import Hub
+from ghapp.runtime.hub import Hub
 from kernel.records import Turn
 
 log = logging.getLogger("autoloop.worker")
@@ -115,7 +115,7 @@ def main(argv: list[str]) -> int:
     import signal  # noqa: PLC0415
     import sys  # noqa: PLC0415
 
-    from ghapp.context import Context, configure_logs, reset_logs  # noqa: PLC0415
+    from ghapp.commands.home import Context, configure_logs, reset_logs  # noqa: PLC0415
     from ghapp.store.base import StoreError  # noqa: PLC0415
     from kernel.errors import ConfigError  # noqa: PLC0415
 

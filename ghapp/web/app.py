@@ -26,10 +26,10 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from ghapp.hub import Hub
-from ghapp.ingest import IngestQueue
-from ghapp.links import CardLinks
-from ghapp.sansio import verify_signature
+from ghapp.github.sansio import verify_signature
+from ghapp.runtime.hub import Hub
+from ghapp.runtime.ingest import IngestQueue
+from ghapp.runtime.links import CardLinks
 from kernel import step as k
 from kernel.model import Event
 from kernel.records import Card

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from ghapp.github_answers import AnswerDesk
-from ghapp.github_app import sweep_interval
-from ghapp.github_channel import GitHubCommentChannel
-from ghapp.github_executor import GitHubExecutor
-from ghapp.settings import SettingsError
-from ghapp.sweeper import Sweeper
-from tests.test_github_app_sandbox import rig, rules
+from ghapp.commands.github_app import sweep_interval
+from ghapp.github.answers import AnswerDesk
+from ghapp.github.channel import GitHubCommentChannel
+from ghapp.github.executor import GitHubExecutor
+from ghapp.github.sweeper import Sweeper
+from ghapp.runtime.settings import SettingsError
+from tests.e2e.test_github_app_sandbox import rig, rules
 
 
 def test_the_sweep_interval_defaults_to_five_minutes() -> None:

@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ghapp import retry
-from ghapp.github import GitHubClient
-from ghapp.github_answers import AnswerDesk
-from ghapp.hub import ActionFailed
+from ghapp.github import retry
+from ghapp.github.answers import AnswerDesk
+from ghapp.github.client import GitHubClient
+from ghapp.github.sweeper import Sweeper
+from ghapp.runtime.hub import ActionFailed
+from ghapp.runtime.settings import Settings
 from ghapp.sandbox.server import SandboxHandle, free_port, running_sandbox
-from ghapp.settings import Settings
-from ghapp.sweeper import Sweeper
 from kernel.model import Event
 from kernel.records import Action, Card, EventRow, Turn
 from tests.servers import Live, live_server

@@ -1,6 +1,6 @@
 """``kill -9`` of ``autoloop serve`` in the middle of a webhook stream loses no acked delivery.
 
-The server runs as a real subprocess (``python -m ghapp.cli serve``) with only a webhook
+The server runs as a real subprocess (``python -m ghapp.commands.cli serve``) with only a webhook
 secret. Several senders stream signed deliveries at it concurrently; once a share of them
 has been acknowledged the server gets SIGKILL, with requests still in flight. It is then
 restarted on the same home: every delivery that got a 2xx must be in the ledger, the
@@ -25,12 +25,13 @@ from typing import Any
 import httpx
 import pytest
 
-from ghapp.context import Context, init_home
-from ghapp.sansio import sign
+from ghapp.commands.home import Context, init_home
+from ghapp.github.sansio import sign
 from kernel.records import EventRow
+from tests import paths
 from tests.servers import free_port
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = paths.ROOT
 PAYLOAD = ROOT / "tests" / "fixtures" / "github" / "webhooks" / "issues" / "labeled.json"
 SECRET = "crash-test-secret"
 RULES: dict[str, Any] = {
@@ -67,7 +68,7 @@ def env_for(home: Path) -> dict[str, str]:
 def start_server(home: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "ghapp.cli", "serve", "--port", str(port)],
+            [sys.executable, "-m", "ghapp.commands.cli", "serve", "--port", str(port)],
             cwd=ROOT,
             env=env_for(home),
             stdout=out,
@@ -206,7 +207,7 @@ def crash_and_recover(tmp_path: Path, *, total: int, kill_after: int, senders: i
     ids = events_in(home)
     assert sorted(ids) == sorted(d for d, _ in deliveries)  # each delivery exactly once
     check = subprocess.run(
-        [sys.executable, "-m", "ghapp.cli", "rebuild", "--check"],
+        [sys.executable, "-m", "ghapp.commands.cli", "rebuild", "--check"],
         cwd=ROOT,
         env=env_for(home),
         capture_output=True,

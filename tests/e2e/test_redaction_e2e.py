@@ -23,7 +23,7 @@ from tests.hub_cli import ROOT, Home, wait_for
 CORPUS = ROOT / "tests" / "fixtures" / "secrets"
 AGENT = ROOT / "tests" / "agents" / "leaky_agent.py"
 SHOP_TOKEN = "tfUQ1VQ3OZRkt4aQng5VP2pv9O5yqeZ1"  # a literal value from the corpus
-MIN_VALUE_LENGTH = 8  # shorter marked values are not masked (ghapp.redact, documented)
+MIN_VALUE_LENGTH = 8  # shorter marked values are not masked (ghapp.runtime.redact, documented)
 
 
 def planted() -> set[str]:

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ghapp.ledger import Ledger
+from ghapp.runtime.ledger import Ledger
 from ghapp.store.base import StoreError
 from ghapp.store.sqlite import SqliteStore
 from kernel import step as k

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,8 +12,9 @@ from hypothesis import strategies as st
 
 from kernel.model import Event
 from plugins.sources.github import KNOWN_EVENTS, MARKER, translate
+from tests import paths
 
-FIXTURES = Path(__file__).parent / "fixtures" / "github"
+FIXTURES = paths.FIXTURES / "github"
 MANIFEST = json.loads((FIXTURES / "webhooks" / "MANIFEST.json").read_text())
 
 HW = "Codertocat/Hello-World"

@@ -3,7 +3,7 @@ ledger as the expected events; bad signatures store nothing; redeliveries and bu
 concurrent deliveries are recorded exactly once.
 
 The expected (type, subject) table is the one the translator's own tests use
-(``tests/test_github_source.py``): the endpoint must yield exactly what the pure
+(``tests/plugins/test_github_source.py``): the endpoint must yield exactly what the pure
 translator yields, and the table is written once.
 """
 
@@ -18,12 +18,13 @@ from typing import Any
 import httpx
 import pytest
 
-from ghapp.sansio import sign
+from ghapp.github.sansio import sign
 from kernel.records import EventRow
+from tests import paths
+from tests.plugins.test_github_source import EXPECTED, MANIFEST
 from tests.servers import Live, live_server
-from tests.test_github_source import EXPECTED, MANIFEST
 
-FIXTURES = Path(__file__).parent / "fixtures" / "github"
+FIXTURES = paths.FIXTURES / "github"
 SECRET = "payload-test-secret"
 ENV = {"AUTOLOOP_GITHUB_WEBHOOK_SECRET": SECRET}
 RULES: dict[str, Any] = {

@@ -18,7 +18,9 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests import paths
+
+ROOT = paths.ROOT
 AGENT = ROOT / "tests" / "agents" / "scripted.py"
 
 
@@ -37,7 +39,7 @@ class Cli:
         self, *args: str, ok: bool | None = True, **env: str
     ) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(
-            [sys.executable, "-m", "ghapp.cli", *args],
+            [sys.executable, "-m", "ghapp.commands.cli", *args],
             cwd=ROOT,
             env=self.env(**env),
             capture_output=True,
@@ -109,7 +111,7 @@ def test_events_during_a_turn_go_together_into_the_next_one(cli: Cli) -> None:
     cli.rules([one_rule("slow")])
     cli.run("emit", "local", "ping", "x", "--id", "e0")
     drain = subprocess.Popen(
-        [sys.executable, "-m", "ghapp.cli", "drain"],
+        [sys.executable, "-m", "ghapp.commands.cli", "drain"],
         cwd=ROOT,
         env=cli.env(),
         stdout=subprocess.PIPE,

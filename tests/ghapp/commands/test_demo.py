@@ -8,14 +8,16 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests import paths
+
+ROOT = paths.ROOT
 
 
 def test_demo_runs_to_the_end_in_under_a_minute(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOLOOP_")}
     started = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, "-m", "ghapp.cli", "demo", "--home", str(tmp_path / "demo")],
+        [sys.executable, "-m", "ghapp.commands.cli", "demo", "--home", str(tmp_path / "demo")],
         cwd=ROOT,
         env=env,
         capture_output=True,

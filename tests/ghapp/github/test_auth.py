@@ -11,7 +11,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from ghapp.auth import (
+from ghapp.github.auth import (
     AppJWT,
     InstallationToken,
     InstallationTokens,

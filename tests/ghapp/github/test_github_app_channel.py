@@ -7,12 +7,12 @@ from dataclasses import replace
 
 import pytest
 
-from ghapp import retry
-from ghapp.github import GitHubClient
-from ghapp.github_channel import GitHubCommentChannel, render_card
-from ghapp.links import CardLinks
+from ghapp.github import retry
+from ghapp.github.channel import GitHubCommentChannel, render_card
+from ghapp.github.client import GitHubClient
+from ghapp.runtime.links import CardLinks
+from ghapp.runtime.settings import Settings
 from ghapp.sandbox.server import SandboxHandle, running_sandbox
-from ghapp.settings import Settings
 from kernel.records import Card, Matter
 
 

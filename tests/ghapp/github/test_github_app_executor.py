@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from ghapp import retry
-from ghapp.github import GitHubClient
-from ghapp.github_executor import GitHubExecutor, find_marked
-from ghapp.hub import ActionFailed
-from ghapp.retry import AmbiguousWrite, RateLimited
+from ghapp.github import retry
+from ghapp.github.client import GitHubClient
+from ghapp.github.executor import GitHubExecutor, find_marked
+from ghapp.github.retry import AmbiguousWrite, RateLimited
+from ghapp.runtime.hub import ActionFailed
+from ghapp.runtime.settings import Settings
 from ghapp.sandbox.server import SandboxHandle, running_sandbox
-from ghapp.settings import Settings
 from kernel.records import Action
 
 _ids = iter(range(1, 10_000))

@@ -14,8 +14,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from ghapp import retry
-from ghapp.github import (
+from ghapp.github import retry
+from ghapp.github.client import (
     AmbiguousWrite,
     Conflict,
     GitHubClient,
@@ -24,7 +24,7 @@ from ghapp.github import (
     ServerError,
     Unauthorized,
 )
-from ghapp.settings import GitHubSettings
+from ghapp.runtime.settings import GitHubSettings
 
 BASE = "http://github.test/api/v3"
 NOW = 1_700_000_000.0

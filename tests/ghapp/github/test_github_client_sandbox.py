@@ -11,11 +11,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
-from ghapp import retry
-from ghapp.github import AmbiguousWrite, Conflict, GitHubClient
+from ghapp.github import retry
+from ghapp.github.client import AmbiguousWrite, Conflict, GitHubClient
+from ghapp.github.sansio import parse_webhook_headers, verify_signature
+from ghapp.runtime.settings import Settings
 from ghapp.sandbox.server import SandboxHandle, running_sandbox
-from ghapp.sansio import parse_webhook_headers, verify_signature
-from ghapp.settings import Settings
 from kernel.model import Event
 from plugins.sources.github import translate
 

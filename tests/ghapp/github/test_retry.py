@@ -8,8 +8,8 @@ from typing import Any
 import httpx
 import pytest
 
-from ghapp import retry
-from ghapp.retry import (
+from ghapp.github import retry
+from ghapp.github.retry import (
     AmbiguousWrite,
     Conflict,
     Forbidden,

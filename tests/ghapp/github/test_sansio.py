@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ghapp.sansio import (
+from ghapp.github.sansio import (
     WEBHOOK_HEADERS,
     RateLimit,
     parse_rate_limit,
@@ -17,10 +16,9 @@ from ghapp.sansio import (
     sign,
     verify_signature,
 )
+from tests import paths
 
-VECTOR = json.loads(
-    (Path(__file__).parent / "fixtures" / "github" / "signature_test_vector.json").read_text()
-)
+VECTOR = json.loads((paths.FIXTURES / "github" / "signature_test_vector.json").read_text())
 SECRET = VECTOR["secret"].encode()
 BODY = VECTOR["payload"].encode()
 GOOD = VECTOR["expected_x_hub_signature_256"]

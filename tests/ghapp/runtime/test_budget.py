@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from ghapp.budget import Usage, UsageMeter, cap_notice, day_bounds, usage_between
-from ghapp.ledger import Ledger
+from ghapp.runtime.budget import Usage, UsageMeter, cap_notice, day_bounds, usage_between
+from ghapp.runtime.ledger import Ledger
 from ghapp.store.base import open_store
 from kernel import step as k
 from kernel.records import Turn

@@ -6,15 +6,15 @@ import io
 import json
 import logging
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ghapp.logs import configure_logging, get_logger, reset_logging
-from ghapp.redact import Redactor
+from ghapp.runtime.logs import configure_logging, get_logger, reset_logging
+from ghapp.runtime.redact import Redactor
+from tests import paths
 
-CORPUS = Path(__file__).resolve().parent / "fixtures" / "secrets"
+CORPUS = paths.FIXTURES / "secrets"
 MANIFEST: dict[str, Any] = json.loads((CORPUS / "manifest.json").read_text())
 REDACTOR = Redactor(MANIFEST["extra_values"])
 ENV_FILE = (CORPUS / "app.env").read_text()

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ghapp.hub import Hub
+from ghapp.runtime.hub import Hub
 from ghapp.store.base import Store, open_store
 from kernel import step as k
 from kernel.records import Action

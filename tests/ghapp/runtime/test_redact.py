@@ -8,19 +8,19 @@ import json
 import re
 import time
 from dataclasses import fields
-from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from ghapp.hub import RedactingLedger
-from ghapp.redact import MIN_VALUE_LENGTH, Redactor, is_secret_key, mask
+from ghapp.runtime.hub import RedactingLedger
+from ghapp.runtime.redact import MIN_VALUE_LENGTH, Redactor, is_secret_key, mask
 from kernel import step as k
 from kernel.model import Event
+from tests import paths
 
-CORPUS = Path(__file__).resolve().parent / "fixtures" / "secrets"
+CORPUS = paths.FIXTURES / "secrets"
 MANIFEST: dict[str, Any] = json.loads((CORPUS / "manifest.json").read_text())
 PLANTED: dict[str, list[dict[str, str]]] = MANIFEST["planted"]
 INSIDE_BASE64: dict[str, list[str]] = MANIFEST["inside_base64"]
@@ -384,7 +384,7 @@ def test_githubs_own_webhook_examples_come_through_unchanged() -> None:
 
 
 def test_remembered_short_texts_give_the_same_answer_and_the_memory_is_bounded() -> None:
-    from ghapp import redact as module
+    from ghapp.runtime import redact as module
 
     secret = "s3cr3t-" + "q" * 20
     r = Redactor([secret])

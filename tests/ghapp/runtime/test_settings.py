@@ -9,7 +9,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from ghapp.settings import DEFAULT_GITHUB_URL, Settings, SettingsError
+from ghapp.runtime.settings import DEFAULT_GITHUB_URL, Settings, SettingsError
 
 
 @functools.cache

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from ghapp.context import Context
-from ghapp.turns import prepare, run_agent
+from ghapp.commands.home import Context
+from ghapp.runtime.turns import prepare, run_agent
 from kernel import step as k
 from kernel.records import Turn
 from kernel.rules import parse_rules

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ghapp.ledger import Ledger
+from ghapp.runtime.ledger import Ledger
 from ghapp.store.base import DuplicateFact, Store, StoreError, open_store
 from kernel import step as k
 from kernel.facts import EventRecorded

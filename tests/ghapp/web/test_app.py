@@ -9,11 +9,12 @@ from pathlib import Path
 
 import httpx
 
-from ghapp.sansio import sign
+from ghapp.github.sansio import sign
 from kernel.records import EventRow
+from tests import paths
 from tests.servers import live_server
 
-FIXTURES = Path(__file__).parent / "fixtures" / "github" / "webhooks"
+FIXTURES = paths.FIXTURES / "github" / "webhooks"
 SECRET = "webhook-secret-for-tests"
 RULES = {
     "agents": {"demo": {"use": "demo"}},

@@ -10,20 +10,21 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ghapp.app import form_choice
-from ghapp.context import Context, init_home, read_master_key
-from ghapp.links import CardLinks, WeakKeyError, check_master_key
-from ghapp.serve import build
-from ghapp.settings import Settings, SettingsError
+from ghapp.commands.home import Context, init_home, read_master_key
+from ghapp.commands.serve import build
+from ghapp.runtime.links import CardLinks, WeakKeyError, check_master_key
+from ghapp.runtime.settings import Settings, SettingsError
+from ghapp.web.app import form_choice
 from kernel.model import Event
 from kernel.records import Card
+from tests import paths
 from tests.servers import live_server
 
 RULES = {
     "agents": {"demo": {"use": "demo"}},
     "rules": [{"name": "paint", "on": {"source": "local", "type": "hello.*"}, "agent": "demo"}],
 }
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = paths.ROOT
 
 
 def open_question(live: object) -> Card:
@@ -131,7 +132,7 @@ def test_autoloop_serve_with_an_empty_key_exits_2_with_one_line(tmp_path: Path) 
         "PYTHONPATH": str(ROOT),
     }
     proc = subprocess.run(
-        [sys.executable, "-m", "ghapp.cli", "serve", "--port", "0"],
+        [sys.executable, "-m", "ghapp.commands.cli", "serve", "--port", "0"],
         env=env,
         capture_output=True,
         text=True,

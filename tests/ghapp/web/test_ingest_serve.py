@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from ghapp import serve
-from ghapp.context import Context, init_home
-from ghapp.serve import build
-from ghapp.settings import Settings
+from ghapp.commands import serve
+from ghapp.commands.home import Context, init_home
+from ghapp.commands.serve import build
+from ghapp.runtime.settings import Settings
 
 
 def test_a_webhook_secret_alone_runs_ingest_only_and_says_write_backs_are_off(

@@ -1,0 +1,1 @@
+"""The test suite: one folder per source folder, shared helpers beside them."""
