@@ -2,7 +2,7 @@
 
 - ``cli``: ``main``, the entry point; subcommands below load lazily
 - ``home``: ``Context``, the opened home (ledger, rules, clock, master key) and the hub it makes
-- ``serve``: ``autoloop serve``; ``demo``: ``autoloop demo``
+- ``serve``: ``autoloop serve``; ``work``: ``autoloop work``; ``demo``: ``autoloop demo``
 - ``github_app``: ``attach``, the GitHub App wired into a running server
 
 Nothing is imported here.

@@ -33,7 +33,7 @@ EXTERNAL: dict[str, str] = {
     "sandbox": "ghapp.sandbox.cli:main",
     "serve": "ghapp.commands.serve:main",
     "demo": "ghapp.commands.demo:main",
-    "work": "ghapp.runtime.worker:main",
+    "work": "ghapp.commands.work:main",
 }
 
 

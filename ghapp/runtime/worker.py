@@ -21,7 +21,6 @@ claim, e.g. after a long pause), the worker kills its own agent at once.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -107,48 +106,3 @@ class WorkerLoop:
             return out
         finally:
             self._wake.set()  # a finished turn may have made its matter runnable again
-
-
-def main(argv: list[str]) -> int:
-    """``autoloop work [--name W]``: a worker only, claiming turns from the shared ledger."""
-    import argparse  # noqa: PLC0415
-    import signal  # noqa: PLC0415
-    import sys  # noqa: PLC0415
-
-    from ghapp.commands.home import Context, configure_logs, reset_logs  # noqa: PLC0415
-    from ghapp.store.base import StoreError  # noqa: PLC0415
-    from kernel.errors import ConfigError  # noqa: PLC0415
-
-    p = argparse.ArgumentParser(prog="autoloop work")
-    p.add_argument("--name", default="local", help="run only turns whose agent names this worker")
-    p.add_argument("--parallel", type=int, default=None, help="turns at once (max_parallel)")
-    p.add_argument("--poll", type=float, default=1.0, help="seconds between looks at the ledger")
-    args = p.parse_args(argv)
-    try:
-        ctx = Context.open()
-        rules = ctx.rules()
-        configure_logs(ctx)
-        hub = ctx.hub()
-    except (ConfigError, StoreError) as exc:
-        print(f"autoloop work: {exc}", file=sys.stderr)
-        return 2
-    loop = WorkerLoop(
-        hub, name=args.name, max_parallel=args.parallel or rules.max_parallel, poll_s=args.poll
-    )
-    stop = threading.Event()
-
-    def _term(signum: int, frame: object) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _term)
-    signal.signal(signal.SIGINT, _term)
-    print(f"autoloop work: worker {args.name!r} started", flush=True)
-    log.info("worker %r started (pid %d)", args.name, os.getpid())
-    loop.start()
-    try:
-        stop.wait()
-        loop.stop()
-        log.info("worker %r stopped", args.name)
-    finally:
-        reset_logs()
-    return 0
