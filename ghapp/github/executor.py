@@ -25,7 +25,7 @@ review bodies. The action id is the deterministic idempotency key.
 | ``github.merge`` | ``sha`` (the head the decision was made on), ``method`` | the PR: merged? |
 
 Every action names ``repo`` (``owner/name``) and ``number``. Bad parameters and GitHub's
-refusals (404, 403, 409, 422...) raise :class:`~ghapp.runtime.hub.ActionFailed`: the action is
+refusals (404, 403, 409, 422...) raise :class:`~plugins.protocols.ActionFailed`: the action is
 recorded failed and a notice card says why. Transient trouble (no answer, 5xx, rate
 limits) propagates: the action stays allowed and the next sweep retries it, reading
 back first.
@@ -47,8 +47,8 @@ from ghapp.github.retry import (
     Unauthorized,
     Unreachable,
 )
-from ghapp.runtime.hub import ActionFailed
 from kernel.records import Action
+from plugins.protocols import ActionFailed
 
 __all__ = [
     "MARK",

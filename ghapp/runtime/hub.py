@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ghapp.runtime.budget import UsageMeter, cap_notice, day_bounds
@@ -31,6 +31,7 @@ from kernel.errors import ConfigError
 from kernel.model import Event, Rules
 from kernel.records import Action, Card, EventRow, Matter, Turn
 from kernel.rules import parse_rules
+from plugins.protocols import ActionFailed, Channel, Executor
 
 Redact = Callable[[str], str]
 # How long a hub's claim on one write-back lasts: longer than any one attempt (every
@@ -180,21 +181,6 @@ class RedactingLedger(Ledger):
         if isinstance(inp, k.OwnerNotice):
             return replace(inp, title=r(inp.title), text=r(inp.text))
         return inp
-
-
-class Channel(Protocol):
-    def send(self, card: Card, matter: Matter | None, *, previous_ref: str) -> str: ...
-
-
-class Executor(Protocol):
-    def perform(self, action: Action) -> Mapping[str, Any]: ...
-
-
-class ActionFailed(Exception):
-    """Raised by an executor when trying again cannot help (bad parameters, a refusal):
-    the action is recorded failed with this message. Any other exception leaves it
-    'allowed' for the next sweep; ``action.attempts > 0`` then tells the executor that an
-    earlier attempt may have been applied, so it reads back before writing."""
 
 
 @dataclass

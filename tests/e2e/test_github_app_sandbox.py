@@ -20,11 +20,11 @@ from ghapp.github import retry
 from ghapp.github.answers import AnswerDesk
 from ghapp.github.client import GitHubClient
 from ghapp.github.sweeper import Sweeper
-from ghapp.runtime.hub import ActionFailed
 from ghapp.runtime.settings import Settings
 from ghapp.sandbox.server import SandboxHandle, free_port, running_sandbox
 from kernel.model import Event
 from kernel.records import Action, Card, EventRow, Turn
+from plugins.protocols import ActionFailed
 from tests.servers import Live, live_server
 
 CARD_MARK = "<!-- autoloop:card="

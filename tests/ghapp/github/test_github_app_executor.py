@@ -16,10 +16,10 @@ from ghapp.github import retry
 from ghapp.github.client import GitHubClient
 from ghapp.github.executor import GitHubExecutor, find_marked
 from ghapp.github.retry import AmbiguousWrite, RateLimited
-from ghapp.runtime.hub import ActionFailed
 from ghapp.runtime.settings import Settings
 from ghapp.sandbox.server import SandboxHandle, running_sandbox
 from kernel.records import Action
+from plugins.protocols import ActionFailed
 
 _ids = iter(range(1, 10_000))
 
