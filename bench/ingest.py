@@ -137,14 +137,14 @@ def serve_child(side: str, port: int, home: Path) -> None:
         settle_heap()
         uvicorn.Server(uvicorn_config(app, port)).run()
         return
-    from ghapp.commands.home import Context, init_home  # noqa: PLC0415
+    from ghapp.commands.home import Home, init_home  # noqa: PLC0415
     from ghapp.commands.serve import build  # noqa: PLC0415
     from ghapp.runtime.settings import Settings  # noqa: PLC0415
     from ghapp.web.app import create_app  # noqa: PLC0415
 
     init_home(home, rules_text=json.dumps(RULES))
     env = {"AUTOLOOP_HOME": str(home), "AUTOLOOP_GITHUB_WEBHOOK_SECRET": SECRET.decode()}
-    ctx = Context.open(env=env, home=home)
+    ctx = Home.open(env=env, home=home)
     running = build(ctx, Settings.from_env(env), connect_github=False)
     running.queue.start()
     app = create_app(running.server)
@@ -448,10 +448,10 @@ def commit_floor(folder: Path, count: int, rate: float | None = None) -> list[fl
 
 
 def ledger_ids(home: Path) -> set[str]:
-    from ghapp.commands.home import Context  # noqa: PLC0415
+    from ghapp.commands.home import Home  # noqa: PLC0415
     from kernel.records import EventRow  # noqa: PLC0415
 
-    ctx = Context.open(env={"AUTOLOOP_HOME": str(home)}, home=home)
+    ctx = Home.open(env={"AUTOLOOP_HOME": str(home)}, home=home)
     try:
         with ctx.store.read() as tx:
             return {e.event.id for e in tx.query("event") if isinstance(e, EventRow)}

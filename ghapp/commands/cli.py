@@ -20,7 +20,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from ghapp.commands.home import Context, home_from_env, init_home
+from ghapp.commands.home import Home, home_from_env, init_home
 from ghapp.runtime.hub import read_details
 from ghapp.store.base import StoreError
 from kernel.codec import to_data
@@ -65,7 +65,7 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_emit(args: argparse.Namespace) -> int:
-    ctx = Context.open()
+    ctx = Home.open()
     try:
         details = read_details(args.details)
     except (OSError, ValueError) as exc:
@@ -93,7 +93,7 @@ def _turn_line(turn: Turn) -> str:
 
 
 def cmd_drain(args: argparse.Namespace) -> int:
-    ctx = Context.open()
+    ctx = Home.open()
     quiet = args.json
 
     def on_turn(phase: str, turn: Turn) -> None:
@@ -122,7 +122,7 @@ def cmd_drain(args: argparse.Namespace) -> int:
     return 0
 
 
-def _usage(ctx: Context) -> dict[str, Any]:
+def _usage(ctx: Home) -> dict[str, Any]:
     """Turns, tokens and cost of today and of the last 7 days (local days of the rules)."""
     from ghapp.runtime.budget import day_bounds, usage_between  # noqa: PLC0415
 
@@ -152,7 +152,7 @@ def _usage(ctx: Context) -> dict[str, Any]:
     return out
 
 
-def status_data(ctx: Context) -> dict[str, Any]:
+def status_data(ctx: Home) -> dict[str, Any]:
     with ctx.store.read() as tx:
         turns = [t for t in tx.query("turn") if isinstance(t, Turn)]
         cards = [c for c in tx.query("card") if isinstance(c, Card)]
@@ -238,7 +238,7 @@ def card_data(c: Card) -> dict[str, Any]:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    ctx = Context.open()
+    ctx = Home.open()
     data = status_data(ctx)
     if args.json:
         _print_json(data)
@@ -362,7 +362,7 @@ def why_lines(store: Any, turn_id: str) -> list[str]:
 
 
 def cmd_why(args: argparse.Namespace) -> int:
-    ctx = Context.open()
+    ctx = Home.open()
     trail = why_trail(ctx.store, args.turn)
     if trail is None:
         return _die(1, f"no turn {args.turn!r}; 'autoloop status' lists turns")
@@ -375,7 +375,7 @@ def cmd_why(args: argparse.Namespace) -> int:
 
 
 def cmd_cards(args: argparse.Namespace) -> int:
-    ctx = Context.open()
+    ctx = Home.open()
     with ctx.store.read() as tx:
         cards = [c for c in tx.query("card") if isinstance(c, Card)]
     if not args.all:
@@ -394,7 +394,7 @@ def cmd_cards(args: argparse.Namespace) -> int:
 
 
 def cmd_answer(args: argparse.Namespace) -> int:
-    ctx = Context.open()
+    ctx = Home.open()
     try:
         choice = int(args.choice)
     except ValueError:
@@ -408,7 +408,7 @@ def cmd_answer(args: argparse.Namespace) -> int:
 
 
 def cmd_rebuild(args: argparse.Namespace) -> int:
-    ctx = Context.open()
+    ctx = Home.open()
     from ghapp.runtime.ledger import Ledger  # noqa: PLC0415
 
     ledger = Ledger(ctx.store, ctx.rules, ctx.clock)
@@ -452,7 +452,7 @@ def cmd_try(args: argparse.Namespace) -> int:
     env = dict(os.environ)
     env["AUTOLOOP_HOME"] = str(home)
     env.pop("AUTOLOOP_DB", None)
-    ctx = Context.open(env=env, home=home)
+    ctx = Home.open(env=env, home=home)
 
     def say(text: str) -> None:
         print(text, flush=True)

@@ -23,7 +23,7 @@ from typing import Any
 
 import uvicorn
 
-from ghapp.commands.home import Context, init_home
+from ghapp.commands.home import Home, init_home
 from ghapp.commands.serve import Running, build
 from ghapp.runtime.settings import Settings
 from ghapp.sandbox.server import SandboxHandle, free_port, running_sandbox
@@ -65,7 +65,7 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 20.0) -> Any:
 
 
 @contextmanager
-def running_app(ctx: Context, settings: Settings, port: int) -> Iterator[Running]:
+def running_app(ctx: Home, settings: Settings, port: int) -> Iterator[Running]:
     running = build(ctx, settings, base_url=f"http://127.0.0.1:{port}", poll_s=0.2)
     running.queue.start()
     running.worker.start()
@@ -118,7 +118,7 @@ class Demo:
                 "AUTOLOOP_GITHUB_URL": gh.api_url,
             }
             settings = Settings.from_env(env)
-            ctx = Context.open(env=env, home=self.home)
+            ctx = Home.open(env=env, home=self.home)
             try:
                 with running_app(ctx, settings, port) as running:
                     self.story(gh, ctx, running)
@@ -129,7 +129,7 @@ class Demo:
 
     # ------------------------------------------------------------------------------ story
 
-    def story(self, gh: SandboxHandle, ctx: Context, running: Running) -> None:
+    def story(self, gh: SandboxHandle, ctx: Home, running: Running) -> None:
         world = gh.world
         self.step(
             f"the app listens on {running.server.links.base_url if running.server.links else ''}"
@@ -183,26 +183,26 @@ class Demo:
 
     # ---------------------------------------------------------------------------- lookups
 
-    def turns(self, ctx: Context, *, done: bool = False) -> list[Turn]:
+    def turns(self, ctx: Home, *, done: bool = False) -> list[Turn]:
         with ctx.store.read() as tx:
             ts = [t for t in tx.query("turn") if isinstance(t, Turn)]
         ts.sort(key=lambda t: t.fence)
         return [t for t in ts if t.state != "running"] if done else ts
 
-    def open_ask(self, ctx: Context) -> Card | None:
+    def open_ask(self, ctx: Home) -> Card | None:
         with ctx.store.read() as tx:
             for c in tx.query("card", states=["open"]):
                 if isinstance(c, Card) and c.kind_ == "ask":
                     return c
         return None
 
-    def resumed(self, ctx: Context) -> Turn | None:
+    def resumed(self, ctx: Home) -> Turn | None:
         for t in self.turns(ctx, done=True):
             if t.resume:
                 return t
         return None
 
-    def actions_done(self, ctx: Context) -> list[Action] | None:
+    def actions_done(self, ctx: Home) -> list[Action] | None:
         with ctx.store.read() as tx:
             acts = [a for a in tx.query("action") if isinstance(a, Action)]
         if acts and all(a.status in ("done", "failed", "refused") for a in acts):

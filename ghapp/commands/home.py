@@ -1,4 +1,10 @@
-"""Where things live for one process: home folder, ledger URL, rules, clock, master key."""
+"""The opened home: where things live for one process, and the hub made from them.
+
+``Home.open()`` reads ``AUTOLOOP_HOME`` (the folder: rules, master key, turn folders),
+``AUTOLOOP_DB`` (the ledger) and ``AUTOLOOP_CLOCK``; ``home.rules()`` re-reads the rules
+when their file changes; ``home.hub()`` builds the hub with the agents, channels and
+redaction the rules ask for.
+"""
 
 from __future__ import annotations
 
@@ -19,7 +25,7 @@ from kernel.errors import ConfigError
 from kernel.model import Rules
 from kernel.rules import starter_rules_text
 
-log = logging.getLogger("autoloop.context")
+log = logging.getLogger("autoloop.home")
 
 CHANNEL_ADAPTERS = frozenset({"console", "desktop", "webhook", "github-comment"})
 
@@ -101,7 +107,9 @@ def read_master_key(home: Path) -> bytes:
 
 
 @dataclass
-class Context:
+class Home:
+    """The opened home of one process: its folder, environment, ledger and clock."""
+
     home: Path
     env: Mapping[str, str]
     store: Store
@@ -110,7 +118,7 @@ class Context:
     _rules_stamp: tuple[str, int, int] | None = None
 
     @classmethod
-    def open(cls, env: Mapping[str, str] | None = None, home: Path | None = None) -> Context:
+    def open(cls, env: Mapping[str, str] | None = None, home: Path | None = None) -> Home:
         env = dict(os.environ if env is None else env)
         home = home or home_from_env(env)
         clock = clock_from_env(env)
@@ -194,7 +202,7 @@ def make_redact(home: Path, rules: Rules, env: Mapping[str, str]) -> Callable[[s
     return redact
 
 
-def configure_logs(ctx: Context) -> None:
+def configure_logs(ctx: Home) -> None:
     """Log to stderr, every record redacted (level from AUTOLOOP_LOG_LEVEL, default INFO)."""
     level = ctx.env.get("AUTOLOOP_LOG_LEVEL") or "INFO"
     redactor = make_redactor(ctx.home, ctx.rules(), ctx.env)

@@ -25,7 +25,7 @@ from typing import Any
 
 import uvicorn
 
-from ghapp.commands.home import Context, configure_logs, read_master_key, reset_logs
+from ghapp.commands.home import Home, configure_logs, read_master_key, reset_logs
 from ghapp.runtime.ingest import IngestQueue
 from ghapp.runtime.links import CardLinks
 from ghapp.runtime.settings import Settings, SettingsError
@@ -52,7 +52,7 @@ class Running:
 
 
 def build(
-    ctx: Context,
+    ctx: Home,
     settings: Settings,
     *,
     worker_name: str = "local",
@@ -133,7 +133,7 @@ def main(argv: list[str]) -> int:
     env: Mapping[str, str] = os.environ
     try:
         settings = Settings.from_env(env, args.config)
-        ctx = Context.open(env=dict(env), home=settings.home)
+        ctx = Home.open(env=dict(env), home=settings.home)
         configure_logs(ctx)  # every log record redacted, until this function returns
         running = build(
             ctx,

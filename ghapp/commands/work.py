@@ -14,7 +14,7 @@ import signal
 import sys
 import threading
 
-from ghapp.commands.home import Context, configure_logs, reset_logs
+from ghapp.commands.home import Home, configure_logs, reset_logs
 from ghapp.runtime.worker import WorkerLoop
 from ghapp.store.base import StoreError
 from kernel.errors import ConfigError
@@ -30,7 +30,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--poll", type=float, default=1.0, help="seconds between looks at the ledger")
     args = p.parse_args(argv)
     try:
-        ctx = Context.open()
+        ctx = Home.open()
         rules = ctx.rules()
         configure_logs(ctx)
         hub = ctx.hub()

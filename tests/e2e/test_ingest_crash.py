@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
-from ghapp.commands.home import Context, init_home
+from ghapp.commands.home import Home, init_home
 from ghapp.github.sansio import sign
 from kernel.records import EventRow
 from tests import paths
@@ -141,7 +141,7 @@ async def stream(
 
 
 def events_in(home: Path) -> list[str]:
-    ctx = Context.open(env={"AUTOLOOP_HOME": str(home)}, home=home)
+    ctx = Home.open(env={"AUTOLOOP_HOME": str(home)}, home=home)
     try:
         with ctx.store.read() as tx:
             return [e.event.id for e in tx.query("event") if isinstance(e, EventRow)]

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from ghapp.commands.home import Context
+from ghapp.commands.home import Home as OpenedHome
 from ghapp.runtime.turns import prepare, run_agent
 from kernel import step as k
 from kernel.records import Turn
@@ -154,7 +154,7 @@ def test_a_killed_workers_turn_is_claimed_again_after_its_lease_and_the_orphan_i
 
     # The killed worker's late receipt, with its old fence, changes nothing.
     env = home.env()
-    ctx = Context.open(env=env, home=home.home)
+    ctx = OpenedHome.open(env=env, home=home.home)
     before = home.status()
     with ctx.store.read() as tx:
         facts_before = tx.fact_count()

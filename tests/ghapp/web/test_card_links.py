@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ghapp.commands.home import Context, init_home, read_master_key
+from ghapp.commands.home import Home, init_home, read_master_key
 from ghapp.commands.serve import build
 from ghapp.runtime.links import CardLinks, WeakKeyError, check_master_key
 from ghapp.runtime.settings import Settings, SettingsError
@@ -113,7 +113,7 @@ def test_serve_refuses_a_weak_master_key_before_it_starts(tmp_path: Path, conten
     init_home(home)
     (home / "master.key").write_bytes(content)
     env = {"AUTOLOOP_HOME": str(home), "AUTOLOOP_GITHUB_WEBHOOK_SECRET": "s" * 32}
-    ctx = Context.open(env=env, home=home)
+    ctx = Home.open(env=env, home=home)
     try:
         with pytest.raises(SettingsError, match=r"master\.key is refused.*autoloop init"):
             build(ctx, Settings.from_env(env), connect_github=False)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ghapp.commands import serve
-from ghapp.commands.home import Context, init_home
+from ghapp.commands.home import Home, init_home
 from ghapp.commands.serve import build
 from ghapp.runtime.settings import Settings
 
@@ -19,7 +19,7 @@ def test_a_webhook_secret_alone_runs_ingest_only_and_says_write_backs_are_off(
 ) -> None:
     init_home(tmp_path, rules_text=json.dumps({"rules": []}))
     env = {"AUTOLOOP_HOME": str(tmp_path), "AUTOLOOP_GITHUB_WEBHOOK_SECRET": "s3cret"}
-    ctx = Context.open(env=env, home=tmp_path)
+    ctx = Home.open(env=env, home=tmp_path)
     try:
         running = build(ctx, Settings.from_env(env))
         assert running.server.webhook_secret == b"s3cret"
@@ -34,7 +34,7 @@ def test_a_webhook_secret_alone_runs_ingest_only_and_says_write_backs_are_off(
 def test_no_github_settings_means_no_webhook_endpoint_and_no_note(tmp_path: Path) -> None:
     init_home(tmp_path, rules_text=json.dumps({"rules": []}))
     env = {"AUTOLOOP_HOME": str(tmp_path)}
-    ctx = Context.open(env=env, home=tmp_path)
+    ctx = Home.open(env=env, home=tmp_path)
     try:
         running = build(ctx, Settings.from_env(env))
         assert running.server.webhook_secret is None
