@@ -3,7 +3,7 @@
 - ``client``: ``GitHubClient``, thin typed methods over one HTTP stack
 - ``auth``: the App's JWT and cached installation tokens
 - ``sansio``: webhook signatures, webhook headers and rate-limit headers, without I/O
-- ``retry``: the one retry policy (reads only) and the ``GitHubError`` tree
+- ``errors``: the ``GitHubError`` tree; ``retry``: the one retry policy (reads only)
 - ``executor``: ``GitHubExecutor``, receipt actions applied exactly once
 - ``channel``: ``GitHubCommentChannel``, a card as one comment
 - ``answers``: ``AnswerDesk``, ``/answer CARD N`` comments as answers

@@ -43,8 +43,8 @@ from datetime import timedelta
 from functools import partial
 
 from ghapp.github.client import GitHubClient
+from ghapp.github.errors import AmbiguousWrite
 from ghapp.github.executor import Target, find_marked, marker, subject_target
-from ghapp.github.retry import AmbiguousWrite
 from ghapp.runtime.hub import Hub
 from kernel import step as k
 from kernel.model import Event

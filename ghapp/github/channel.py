@@ -21,8 +21,8 @@ import threading
 from typing import Any
 
 from ghapp.github.client import GitHubClient, NotFound
+from ghapp.github.errors import AmbiguousWrite
 from ghapp.github.executor import Target, defuse, find_marked, marker, subject_target
-from ghapp.github.retry import AmbiguousWrite
 from ghapp.runtime.links import CardLinks
 from kernel.records import Card, Matter
 

@@ -4,7 +4,7 @@ One stack: githubkit's generic ``GitHub.request`` (base URL, headers, httpx
 transport), configured with ``auto_retry=False`` (its default retries any 5xx,
 merges included), no HTTP cache (a re-read before a write must see GitHub's
 present state) and a timeout on every call. All retrying happens in
-:mod:`ghapp.github.retry`; errors are that module's :class:`~ghapp.github.retry.GitHubError`
+:mod:`ghapp.github.retry`; errors are the :class:`~ghapp.github.errors.GitHubError`
 tree. Answers are returned as plain dicts and lists, read leniently by callers.
 
 Authentication: repository calls use an installation token (looked up per
@@ -39,20 +39,19 @@ from ghapp.github.auth import (
     RepoInstallations,
     parse_installation_token,
 )
-from ghapp.github.retry import (
-    DEFAULT_POLICY,
+from ghapp.github.errors import (
     AmbiguousWrite,
     Conflict,
     Forbidden,
     GitHubError,
     NotFound,
-    Policy,
     RateLimited,
     ServerError,
     Unauthorized,
     Unprocessable,
     Unreachable,
 )
+from ghapp.github.retry import DEFAULT_POLICY, Policy
 from ghapp.runtime.settings import DEFAULT_GITHUB_URL, GitHubSettings
 
 __all__ = [

@@ -7,7 +7,7 @@ answer, a raised error). Every operation therefore follows one pattern:
 
 - first attempt: write;
 - a retry (``attempts > 0``), or a write whose answer was lost
-  (:class:`~ghapp.github.retry.AmbiguousWrite`): read GitHub back first, and write only what
+  (:class:`~ghapp.github.errors.AmbiguousWrite`): read GitHub back first, and write only what
   is still missing (or edit what we wrote), never the same thing twice.
 
 What we write is found again by a hidden marker plus our own author
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ghapp.github.client import GitHubClient
-from ghapp.github.retry import (
+from ghapp.github.errors import (
     AmbiguousWrite,
     GitHubError,
     RateLimited,

@@ -1,4 +1,4 @@
-"""The one retry policy for calls to GitHub, and the errors those calls raise.
+"""The one retry policy for calls to GitHub, and how an error answer becomes an exception.
 
 Reads (GET, HEAD, and calls the caller marks ``idempotent``) are retried on
 transient failures: a 5xx answer, no answer at all (connection error, timeout),
@@ -17,18 +17,7 @@ with ``retry_after_s`` so the caller can schedule a later attempt instead.
 Tests call :func:`set_testing` to make every wait a no-op (the computed waits are
 still passed to an injected ``sleep`` when there is one).
 
-Errors (``outside world misbehaved``; misuse of this module is a ``TypeError``)::
-
-    GitHubError (status, message, documentation_url, method, url)
-    ├── Unauthorized    401
-    ├── Forbidden       403 that is not a rate limit
-    ├── NotFound        404
-    ├── Conflict        409
-    ├── Unprocessable   422
-    ├── RateLimited     429, or 403 with rate-limit headers (retry_after_s)
-    ├── ServerError     5xx on a read, after the retries
-    ├── Unreachable     no answer to a read, after the retries (cause)
-    └── AmbiguousWrite  a write with no answer or a 5xx answer (cause)
+The errors those calls raise are :mod:`ghapp.github.errors` (re-exported here).
 """
 
 from __future__ import annotations
@@ -41,6 +30,18 @@ from typing import Any
 import httpx
 import tenacity
 
+from ghapp.github.errors import (
+    AmbiguousWrite,
+    Conflict,
+    Forbidden,
+    GitHubError,
+    NotFound,
+    RateLimited,
+    ServerError,
+    Unauthorized,
+    Unprocessable,
+    Unreachable,
+)
 from ghapp.github.sansio import parse_rate_limit
 
 __all__ = [
@@ -66,77 +67,7 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 DEFAULT_RATE_LIMIT_WAIT_S = 60.0  # GitHub: "wait for at least one minute" without headers
 
 
-# --------------------------------------------------------------------------- errors
-
-
-class GitHubError(Exception):
-    """GitHub answered with an error, or did not answer."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        status: int | None = None,
-        documentation_url: str | None = None,
-        method: str = "",
-        url: str = "",
-    ) -> None:
-        self.message = message
-        self.status = status
-        self.documentation_url = documentation_url
-        self.method = method
-        self.url = url
-        super().__init__(str(self))
-
-    def __str__(self) -> str:
-        where = f"{self.method} {self.url}".strip()
-        status = f"{self.status} " if self.status is not None else ""
-        return f"{where}: {status}{self.message}" if where else f"{status}{self.message}"
-
-
-class Unauthorized(GitHubError):
-    pass
-
-
-class Forbidden(GitHubError):
-    pass
-
-
-class NotFound(GitHubError):
-    pass
-
-
-class Conflict(GitHubError):
-    pass
-
-
-class Unprocessable(GitHubError):
-    pass
-
-
-class ServerError(GitHubError):
-    pass
-
-
-class RateLimited(GitHubError):
-    def __init__(self, message: str, *, retry_after_s: float, **kw: Any) -> None:
-        self.retry_after_s = retry_after_s
-        super().__init__(message, **kw)
-
-
-class Unreachable(GitHubError):
-    def __init__(self, message: str, *, cause: BaseException | None = None, **kw: Any) -> None:
-        self.cause = cause
-        super().__init__(message, **kw)
-
-
-class AmbiguousWrite(GitHubError):
-    """A write may or may not have been applied: read GitHub back before anything else."""
-
-    def __init__(self, message: str, *, cause: BaseException | None = None, **kw: Any) -> None:
-        self.cause = cause
-        super().__init__(message, **kw)
-
+# ---------------------------------------------------------------------- error answers
 
 _BY_STATUS: dict[int, type[GitHubError]] = {
     401: Unauthorized,

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ghapp.github.client import GitHubClient
-from ghapp.github.retry import AmbiguousWrite
+from ghapp.github.errors import AmbiguousWrite
 from ghapp.runtime.hub import Hub
 from kernel.model import Event
 from kernel.records import EventRow
