@@ -7,7 +7,9 @@
 - ``GET/POST /cards/{token}``: the page a signed card link opens, and its answer.
 - ``GET /healthz``, ``GET /metrics`` (Prometheus text).
 
-No work happens at import; everything the routes need is on the ``Server`` object.
+The card page is rendered by :mod:`ghapp.web.cards`, the metrics page by
+:mod:`ghapp.web.metrics`. No work happens at import; everything the routes need is on
+the ``Server`` object.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ import html
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from urllib.parse import parse_qs
 
 import orjson
 from starlette.applications import Starlette
@@ -30,26 +31,14 @@ from ghapp.github.sansio import verify_signature
 from ghapp.runtime.hub import Hub
 from ghapp.runtime.ingest import IngestQueue
 from ghapp.runtime.links import CardLinks
+from ghapp.web.cards import form_choice, render_card_page
+from ghapp.web.metrics import Metrics, render_metrics
 from kernel import step as k
 from kernel.model import Event
 from kernel.records import Card
 from plugins.sources.github import translate
 
 MAX_BODY = 25 * 1024 * 1024  # GitHub caps webhook payloads at 25 MB
-
-
-@dataclass
-class Metrics:
-    counters: dict[str, int] = field(default_factory=dict)
-    latencies: list[float] = field(default_factory=list)
-
-    def inc(self, name: str, n: int = 1) -> None:
-        self.counters[name] = self.counters.get(name, 0) + n
-
-    def observe(self, seconds: float) -> None:
-        self.latencies.append(seconds)
-        if len(self.latencies) > 10_000:
-            del self.latencies[:5_000]
 
 
 @dataclass
@@ -222,7 +211,10 @@ def create_app(server: Server) -> Starlette:
         return JSONResponse({"ok": True, "facts": n})
 
     async def metrics(request: Request) -> Response:
-        return PlainTextResponse(render_metrics(server), media_type="text/plain; version=0.0.4")
+        return PlainTextResponse(
+            render_metrics(server.metrics, server.queue, server.hub.store),
+            media_type="text/plain; version=0.0.4",
+        )
 
     return Starlette(
         routes=[
@@ -233,72 +225,3 @@ def create_app(server: Server) -> Starlette:
             Route("/metrics", metrics, methods=["GET"]),
         ]
     )
-
-
-def form_choice(body: bytes) -> int | None:
-    """The ``choice`` field of the card page's form (``application/x-www-form-urlencoded``).
-
-    Parsed with the standard library: Starlette's ``request.form()`` needs
-    ``python-multipart``, which Starlette does not install, and a button press needs no more.
-    """
-    try:
-        fields = parse_qs(body.decode("ascii"), max_num_fields=8, strict_parsing=False)
-    except (UnicodeDecodeError, ValueError):
-        return None
-    values = fields.get("choice", [])
-    if len(values) != 1 or len(values[0]) > 6 or not (values[0].isascii() and values[0].isdigit()):
-        return None
-    return int(values[0])
-
-
-def render_card_page(card: Card, token: str) -> str:
-    title = html.escape(card.title)
-    text = html.escape(card.text)
-    if card.kind_ != "ask" or card.state != "open":
-        return f"<h1>{title}</h1><p>{text}</p><p>State: {html.escape(card.state)}</p>"
-    buttons = "".join(
-        f'<button name="choice" value="{i}">{html.escape(o)}</button> '
-        for i, o in enumerate(card.options, 1)
-    )
-    return (
-        f"<h1>{title}</h1><p>{text}</p>"
-        f'<form method="post" action="/cards/{html.escape(token)}">{buttons}</form>'
-    )
-
-
-def render_metrics(server: Server) -> str:
-    lines: list[str] = []
-    for name, value in sorted(server.metrics.counters.items()):
-        lines.append(f"# TYPE autoloop_{name} counter")
-        lines.append(f"autoloop_{name} {value}")
-    ingest = server.queue
-    lines.append("# TYPE autoloop_ingest_commits_total counter")
-    lines.append(f"autoloop_ingest_commits_total {ingest.batches}")
-    lines.append("# TYPE autoloop_ingest_requests_total counter")
-    lines.append(f"autoloop_ingest_requests_total {ingest.items}")
-    lat = sorted(server.metrics.latencies)
-    if lat:
-        lines.append("# TYPE autoloop_webhook_ack_seconds summary")
-        for q in (0.5, 0.9, 0.99):
-            lines.append(
-                f'autoloop_webhook_ack_seconds{{quantile="{q}"}} {lat[int(q * (len(lat) - 1))]:.6f}'
-            )
-        lines.append(f"autoloop_webhook_ack_seconds_count {len(lat)}")
-    try:
-        with server.hub.store.read() as tx:
-            counts: dict[str, dict[str, int]] = {}
-            for kind in ("turn", "card", "action"):
-                for rec in tx.query(kind):
-                    st = str(getattr(rec, "state", getattr(rec, "status", "")))
-                    counts.setdefault(kind, {})[st] = counts.setdefault(kind, {}).get(st, 0) + 1
-            facts = tx.fact_count()
-    except Exception:  # the metrics page must answer even when the ledger does not
-        return "\n".join(lines) + "\nautoloop_ledger_up 0\n"
-    lines.append("autoloop_ledger_up 1")
-    lines.append(f"autoloop_facts_total {facts}")
-    names = {"turn": "turns", "card": "cards", "action": "outbox_actions"}
-    for kind, by_state in sorted(counts.items()):
-        lines.append(f"# TYPE autoloop_{names[kind]} gauge")
-        for st, n in sorted(by_state.items()):
-            lines.append(f'autoloop_{names[kind]}{{state="{st}"}} {n}')
-    return "\n".join(lines) + "\n"

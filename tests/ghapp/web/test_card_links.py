@@ -14,7 +14,7 @@ from ghapp.commands.home import Home, init_home, read_master_key
 from ghapp.commands.serve import build
 from ghapp.runtime.links import CardLinks, WeakKeyError, check_master_key
 from ghapp.runtime.settings import Settings, SettingsError
-from ghapp.web.app import form_choice
+from ghapp.web.cards import form_choice
 from kernel.model import Event
 from kernel.records import Card
 from tests import paths
