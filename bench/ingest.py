@@ -4,14 +4,14 @@ Two server processes run side by side in one run, started the same way (uvicorn,
 process, the same ``uvicorn.Config`` as ``autoloop serve``: asyncio loop, h11, no access
 log) and pinned to the same single core when the machine has two or more:
 
-- ``ours``: ``ghapp.serve.build`` with a webhook secret only (ingest: verify, route on
+- ``ours``: ``ghapp.commands.serve.build`` with a webhook secret only (ingest: verify, route on
   ``X-GitHub-Event``, translate, dedupe, decide and commit in the SQLite ledger with WAL
   and ``synchronous=FULL``, group commit; the 2xx goes out after the commit). The worker
   loop is not started, so nothing but ingest runs in the process. Deliveries are
   ``issues.labeled`` (GitHub's example payload) over ``--subjects`` issues of one
   ``parallel`` rule, so each joins an existing matter.
 - ``bare``: a Starlette app with one route that reads the body and checks
-  ``X-Hub-Signature-256`` (the same ``ghapp.sansio.verify_signature``), then answers 200;
+  ``X-Hub-Signature-256`` (the same ``ghapp.github.sansio.verify_signature``), then answers 200;
   it stores nothing.
 
 The load generator is this process, pinned to another core: a small HTTP/1.1 client on
@@ -63,7 +63,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ghapp.sansio import sign
+from ghapp.github.sansio import sign
 
 ROOT = Path(__file__).resolve().parent.parent
 PAYLOAD = ROOT / "tests" / "fixtures" / "github" / "webhooks" / "issues" / "labeled.json"
@@ -107,7 +107,7 @@ def bare_app() -> Any:
     from starlette.responses import JSONResponse, Response  # noqa: PLC0415
     from starlette.routing import Route  # noqa: PLC0415
 
-    from ghapp.sansio import verify_signature  # noqa: PLC0415
+    from ghapp.github.sansio import verify_signature  # noqa: PLC0415
 
     async def webhook(request: Request) -> Response:
         body = await request.body()
@@ -130,21 +130,21 @@ def serve_child(side: str, port: int, home: Path) -> None:
     """The body of a server process (``--serve SIDE``)."""
     import uvicorn  # noqa: PLC0415
 
-    from ghapp.serve import settle_heap  # noqa: PLC0415
+    from ghapp.commands.serve import settle_heap  # noqa: PLC0415
 
     if side == "bare":
         app = bare_app()
         settle_heap()
         uvicorn.Server(uvicorn_config(app, port)).run()
         return
-    from ghapp.app import create_app  # noqa: PLC0415
-    from ghapp.context import Context, init_home  # noqa: PLC0415
-    from ghapp.serve import build  # noqa: PLC0415
-    from ghapp.settings import Settings  # noqa: PLC0415
+    from ghapp.commands.home import Home, init_home  # noqa: PLC0415
+    from ghapp.commands.serve import build  # noqa: PLC0415
+    from ghapp.runtime.settings import Settings  # noqa: PLC0415
+    from ghapp.web.app import create_app  # noqa: PLC0415
 
     init_home(home, rules_text=json.dumps(RULES))
     env = {"AUTOLOOP_HOME": str(home), "AUTOLOOP_GITHUB_WEBHOOK_SECRET": SECRET.decode()}
-    ctx = Context.open(env=env, home=home)
+    ctx = Home.open(env=env, home=home)
     running = build(ctx, Settings.from_env(env), connect_github=False)
     running.queue.start()
     app = create_app(running.server)
@@ -448,10 +448,10 @@ def commit_floor(folder: Path, count: int, rate: float | None = None) -> list[fl
 
 
 def ledger_ids(home: Path) -> set[str]:
-    from ghapp.context import Context  # noqa: PLC0415
+    from ghapp.commands.home import Home  # noqa: PLC0415
     from kernel.records import EventRow  # noqa: PLC0415
 
-    ctx = Context.open(env={"AUTOLOOP_HOME": str(home)}, home=home)
+    ctx = Home.open(env={"AUTOLOOP_HOME": str(home)}, home=home)
     try:
         with ctx.store.read() as tx:
             return {e.event.id for e in tx.query("event") if isinstance(e, EventRow)}

@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import quote
 
-from ghapp.ledger import Ledger
+from ghapp.runtime.ledger import Ledger
 from ghapp.store.base import Store, open_store
 from kernel import step as k
 from kernel.codec import dump_fact

@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from ghapp.redact import Redactor
+from ghapp.runtime.redact import Redactor
 
 rng = random.Random(7)
 ALNUM = string.ascii_letters + string.digits

@@ -1,5 +1,10 @@
 """The ports between the shell and its adapters: small Protocols with value types.
 
+- ``Agent`` runs one turn (``AgentRequest`` in, ``AgentResult`` out);
+- ``Channel`` shows a card to people and returns its handle there;
+- ``Executor`` performs one write-back (a receipt action) and returns its result, or
+  raises ``ActionFailed`` when trying again cannot help.
+
 Agents run one turn each. They receive only the rule's instructions and validated
 identifiers (in ``prompt``); everything written by other people is in data files
 under ``turn_dir``. They get no hub credentials and no GitHub write token.
@@ -11,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
+
+from kernel.records import Action, Card, Matter
 
 Access = Literal["read", "edit", "full"]
 
@@ -53,3 +60,23 @@ class Agent(Protocol):
     def build_argv(self, req: AgentRequest) -> list[str]: ...
 
     def run(self, req: AgentRequest) -> AgentResult: ...
+
+
+class Channel(Protocol):
+    """Shows a card to people; returns the channel's handle for it, so that a later
+    version of the card can update it in place (``previous_ref``) where the channel can."""
+
+    def send(self, card: Card, matter: Matter | None, *, previous_ref: str) -> str: ...
+
+
+class Executor(Protocol):
+    """Performs one write-back for an agent (the ``actions`` of a receipt)."""
+
+    def perform(self, action: Action) -> Mapping[str, Any]: ...
+
+
+class ActionFailed(Exception):
+    """Raised by an executor when trying again cannot help (bad parameters, a refusal):
+    the action is recorded failed with this message. Any other exception leaves it
+    'allowed' for the next sweep; ``action.attempts > 0`` then tells the executor that an
+    earlier attempt may have been applied, so it reads back before writing."""

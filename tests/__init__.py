@@ -1,1 +1,1 @@
-"""Autoloop's tests: a package, so that same-named modules in its folders do not clash."""
+"""The test suite: one folder per source folder, shared helpers beside them."""

@@ -1,6 +1,6 @@
 """Driving the real ``autoloop`` program for the hub's end-to-end tests.
 
-Each helper runs ``python -m ghapp.cli`` in a subprocess against one AUTOLOOP_HOME with
+Each helper runs ``python -m ghapp.commands.cli`` in a subprocess against one AUTOLOOP_HOME with
 a real SQLite ledger; agents are real subprocesses (the fake ``claude`` and ``codex`` of
 ``tests/fakes/bin`` first on PATH, or small scripts). Nothing of the hub is patched.
 """
@@ -53,7 +53,7 @@ class Home:
 
     def run(self, *args: str, ok: bool = True, **env: str) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(
-            [sys.executable, "-m", "ghapp.cli", *args],
+            [sys.executable, "-m", "ghapp.commands.cli", *args],
             cwd=ROOT,
             env=self.env(**env),
             capture_output=True,
@@ -74,7 +74,17 @@ class Home:
     def worker(self, name: str, *extra: str, **env: str) -> subprocess.Popen[str]:
         """``autoloop work --name NAME`` as a long-running subprocess."""
         return subprocess.Popen(
-            [sys.executable, "-m", "ghapp.cli", "work", "--name", name, "--poll", "0.1", *extra],
+            [
+                sys.executable,
+                "-m",
+                "ghapp.commands.cli",
+                "work",
+                "--name",
+                name,
+                "--poll",
+                "0.1",
+                *extra,
+            ],
             cwd=ROOT,
             env=self.env(**env),
             stdout=subprocess.PIPE,

@@ -14,10 +14,10 @@ from typing import Any
 
 import uvicorn
 
-from ghapp.app import create_app
-from ghapp.context import Context, init_home
-from ghapp.serve import Running, build
-from ghapp.settings import Settings
+from ghapp.commands.home import Home, init_home
+from ghapp.commands.serve import Running, build
+from ghapp.runtime.settings import Settings
+from ghapp.web.app import create_app
 
 
 def free_port() -> int:
@@ -31,7 +31,7 @@ def free_port() -> int:
 class Live:
     url: str
     running: Running
-    ctx: Context
+    ctx: Home
 
     @property
     def hub(self) -> Any:
@@ -51,7 +51,7 @@ def live_server(
     init_home(home, rules_text=json.dumps(rules))
     full_env = {"AUTOLOOP_HOME": str(home), **(env or {})}
     settings = Settings.from_env(full_env)
-    ctx = Context.open(env=full_env, home=home)
+    ctx = Home.open(env=full_env, home=home)
     port = free_port()
     running = build(
         ctx,

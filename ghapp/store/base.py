@@ -1,7 +1,7 @@
 """The ledger store: an append-only facts table plus projection records, one transaction.
 
 Every backend offers the same small interface, checked by one contract test suite
-(``tests/test_store_contract.py``) run against SQLite and PostgreSQL:
+(``tests/ghapp/store/test_store_contract.py``) run against SQLite and PostgreSQL:
 
 - ``store.write()``: a transaction holding the ledger's write lock (one writer at a
   time, across processes and replicas). Facts and the records they changed are written

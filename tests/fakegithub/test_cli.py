@@ -18,7 +18,7 @@ import jwt
 def start(tmp_path: Path) -> tuple[subprocess.Popen[str], str, float]:
     started = time.monotonic()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ghapp.cli", "sandbox", "--key-dir", str(tmp_path)],
+        [sys.executable, "-m", "ghapp.commands.cli", "sandbox", "--key-dir", str(tmp_path)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -89,7 +89,7 @@ def test_a_busy_port_is_a_clear_error(tmp_path: Path) -> None:
             [
                 sys.executable,
                 "-m",
-                "ghapp.cli",
+                "ghapp.commands.cli",
                 "sandbox",
                 "--port",
                 str(port),

@@ -16,7 +16,7 @@ accepted event consumed by exactly one turn per route, or recorded as not dispat
 a reason; every malformed receipt repaired once; projections equal a replay of the facts.
 
 ``python -m tests.sim --seeds 10 --steps 2000`` runs it from the command line;
-``tests/test_simulation.py`` runs a bounded slice in CI and a long run with ``--slow``.
+``tests/e2e/test_simulation.py`` runs a bounded slice in CI and a long run with ``--slow``.
 """
 
 from tests.sim.harness import MOVE_WEIGHTS, Simulation, Summary, run

@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from ghapp.ledger import Ledger
+from ghapp.runtime.ledger import Ledger
 from ghapp.store.base import Tx
 from ghapp.store.sqlite import SqliteStore
 from kernel import step as k

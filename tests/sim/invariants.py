@@ -24,7 +24,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from ghapp.ledger import Ledger
+from ghapp.runtime.ledger import Ledger
 from ghapp.store.base import Store, Tx
 from kernel import facts as f
 from kernel.codec import dump_fact, dump_record

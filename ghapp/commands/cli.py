@@ -1,0 +1,607 @@
+"""The ``autoloop`` command line (DESIGN.md section 7).
+
+Exit codes: 0 success, 1 failure of what was asked, 2 bad usage or configuration;
+every failure prints one line on stderr that says what to do.
+
+Subcommands that live in their own modules are dispatched lazily, so that
+``autoloop status`` never imports the HTTP server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+import tempfile
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from ghapp.commands.home import Home, home_from_env, init_home
+from ghapp.runtime.hub import read_details
+from ghapp.store.base import StoreError
+from kernel.codec import to_data
+from kernel.errors import ConfigError
+from kernel.model import Event
+from kernel.records import Card, EventRow, Matter, Queued, Timer, Turn
+
+# name -> "module:function"; each function takes the remaining argv and returns an exit code.
+EXTERNAL: dict[str, str] = {
+    "sandbox": "fakegithub.cli:main",
+    "serve": "ghapp.commands.serve:main",
+    "demo": "ghapp.commands.demo:main",
+    "work": "ghapp.commands.work:main",
+}
+
+
+class UsageError(Exception):
+    pass
+
+
+def _die(code: int, message: str) -> int:
+    print(f"autoloop: {message}", file=sys.stderr)
+    return code
+
+
+def _print_json(obj: Any) -> None:
+    print(json.dumps(obj, indent=None, sort_keys=True, default=str))
+
+
+# ------------------------------------------------------------------------------ commands
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    home = home_from_env(os.environ)
+    made = init_home(home)
+    for path in made:
+        print(f"created {path}")
+    if not made:
+        print(f"{home} is already set up (rules.json and master.key kept)")
+    print(f"next: edit {home / 'rules.json'}, then 'autoloop emit local hello.world demo --id 1'")
+    return 0
+
+
+def cmd_emit(args: argparse.Namespace) -> int:
+    ctx = Home.open()
+    try:
+        details = read_details(args.details)
+    except (OSError, ValueError) as exc:
+        return _die(2, f"--details: {exc}; give a file holding one JSON object")
+    event = Event(
+        source=args.source,
+        id=args.id,
+        type=args.type,
+        subject=args.subject,
+        summary=args.summary or "",
+        link=args.link or "",
+        details=details,
+    )
+    out = ctx.hub().emit(event)
+    r = out.reply
+    if args.json:
+        _print_json({"code": r.code, "message": r.message, **dict(r.data)})
+    else:
+        print(r.message)
+    return 0
+
+
+def _turn_line(turn: Turn) -> str:
+    return f"turn {turn.id} ({turn.kind_}) rule {turn.rule}, matter {turn.matter}"
+
+
+def cmd_drain(args: argparse.Namespace) -> int:
+    ctx = Home.open()
+    quiet = args.json
+
+    def on_turn(phase: str, turn: Turn) -> None:
+        if quiet:
+            return
+        if phase == "start":
+            resume = f", resuming {turn.resume}" if turn.resume else ""
+            print(f"> {_turn_line(turn)}: {len(turn.events)} event(s){resume}", flush=True)
+        else:
+            extra = f": {turn.error}" if turn.error else ""
+            print(f"< turn {turn.id} {turn.state}: {turn.outcome}{extra}", flush=True)
+
+    def on_card(card: Card) -> None:
+        if quiet:
+            return
+        from plugins.channels.local import render  # noqa: PLC0415
+
+        print(render(card), flush=True)
+
+    hub = ctx.hub(on_turn=on_turn, on_card=on_card)
+    report = hub.drain(worker=args.worker)
+    if args.json:
+        _print_json({"turns": report.turns, "timers_fired": report.timers})
+    elif not report.turns:
+        print("nothing to run")
+    return 0
+
+
+def _usage(ctx: Home) -> dict[str, Any]:
+    """Turns, tokens and cost of today and of the last 7 days (local days of the rules)."""
+    from ghapp.runtime.budget import day_bounds, usage_between  # noqa: PLC0415
+
+    now = ctx.clock()
+    try:
+        rules: Any = ctx.rules()
+        tz = rules.timezone
+    except ConfigError:  # status still works with a broken rules file
+        rules, tz = None, "UTC"
+    with ctx.store.read() as tx:
+        turns = [t for t in tx.query("turn") if isinstance(t, Turn)]
+    out: dict[str, Any] = {"timezone": tz}
+    for name, days in (("today", 1), ("week", 7)):
+        day, start, end = day_bounds(now, tz, days=days)
+        used = usage_between(turns, start, end)
+        out[name] = {
+            "turns": used.turns,
+            "tokens": used.tokens,
+            "cost_usd": round(used.cost_usd, 6),
+            "since": start,
+        }
+    out["today"]["day"] = day
+    out["caps"] = {
+        "max_usd_per_day": getattr(rules, "max_usd_per_day", None),
+        "max_tokens_per_day": getattr(rules, "max_tokens_per_day", None),
+    }
+    return out
+
+
+def status_data(ctx: Home) -> dict[str, Any]:
+    with ctx.store.read() as tx:
+        turns = [t for t in tx.query("turn") if isinstance(t, Turn)]
+        cards = [c for c in tx.query("card") if isinstance(c, Card)]
+        events = [e for e in tx.query("event") if isinstance(e, EventRow)]
+        timers = [t for t in tx.query("timer") if isinstance(t, Timer)]
+        matters = [m for m in tx.query("matter") if isinstance(m, Matter)]
+        waiting: dict[str, list[int]] = {}
+        for q in tx.query("queued", states=["pending"]):
+            if isinstance(q, Queued):
+                waiting.setdefault(q.matter, []).append(q.seq)
+    turns.sort(key=lambda t: t.fence)
+    return {
+        "turns": [
+            {
+                "id": t.id,
+                "rule": t.rule,
+                "matter": t.matter,
+                "state": t.state,
+                "outcome": t.outcome,
+                "kind": t.kind_,
+                "agent": t.agent,
+                "worker": t.worker,
+                "session": t.session,
+                "resume": t.resume or "",
+                "agent_session": t.agent_session or "",
+                "events": list(t.events),
+                "hops": t.hops,
+                "started_at": t.started_at,
+                "ended_at": t.ended_at,
+                "tokens": t.tokens,
+                "cost_usd": t.cost_usd,
+            }
+            for t in turns
+        ],
+        "cards": [card_data(c) for c in cards],
+        "events": [
+            {
+                "seq": e.seq,
+                "source": e.event.source,
+                "id": e.event.id,
+                "type": e.event.type,
+                "subject": e.event.subject,
+                "hops": e.event.hops,
+                "dispatched": e.dispatched,
+                "routes": list(e.routes),
+                "reason": e.reason,
+            }
+            for e in events
+        ],
+        "timers": [to_data(t) for t in timers],
+        "matters": [
+            {
+                "id": m.id,
+                "rule": m.rule,
+                "subject": m.subject,
+                "state": "running" if m.running else ("waiting" if m.runnable else "idle"),
+                "pending": waiting.get(m.id, []),
+                "running": m.running,
+                "session": m.session,
+                "agent_session": m.agent_session or "",
+            }
+            for m in matters
+        ],
+        "usage": _usage(ctx),
+    }
+
+
+def card_data(c: Card) -> dict[str, Any]:
+    return {
+        "id": c.id,
+        "key": c.key,
+        "matter": c.matter,
+        "kind": c.kind_,
+        "state": c.state,
+        "title": c.title,
+        "text": c.text,
+        "options": list(c.options),
+        "choice": c.choice,
+        "version": c.version,
+        "turn": c.turn,
+        "answered_by": c.answered_by,
+    }
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    ctx = Home.open()
+    data = status_data(ctx)
+    if args.json:
+        _print_json(data)
+        return 0
+    states = Counter(t["state"] for t in data["turns"])
+    by_state = ", ".join(f"{n} {s}" for s, n in sorted(states.items())) or "none"
+    print(f"turns: {len(data['turns'])} ({by_state})")
+    for m in data["matters"]:
+        if m["state"] != "idle" or m["pending"]:
+            print(f"  matter {m['id']}: {m['state']}, {len(m['pending'])} pending")
+    waiting = [c for c in data["cards"] if c["state"] == "open" and c["kind"] == "ask"]
+    for c in waiting:
+        print(f"  waiting for an answer: card {c['id']} {c['title']!r} (matter {c['matter']})")
+    armed = [t for t in data["timers"] if not t["fired"]]
+    for t in armed:
+        print(f"  timer {t['id']} due {t['due']}: {t['why']}")
+    not_disp = [e for e in data["events"] if not e["dispatched"]]
+    print(f"events: {len(data['events'])} ({len(not_disp)} not dispatched)")
+    print(f"open cards: {sum(1 for c in data['cards'] if c['state'] == 'open')}")
+    usage = data["usage"]
+    for span in ("today", "week"):
+        u = usage[span]
+        label = "today" if span == "today" else "last 7 days"
+        print(f"{label}: {u['turns']} turns, {u['tokens']} tokens, ${u['cost_usd']:.4f}")
+    caps = usage["caps"]
+    today = usage["today"]
+    if caps["max_usd_per_day"] is not None or caps["max_tokens_per_day"] is not None:
+        limits = []
+        if caps["max_usd_per_day"] is not None:
+            limits.append(f"${caps['max_usd_per_day']:g}")
+        if caps["max_tokens_per_day"] is not None:
+            limits.append(f"{caps['max_tokens_per_day']} tokens")
+        reached = (
+            caps["max_usd_per_day"] is not None and today["cost_usd"] >= caps["max_usd_per_day"]
+        ) or (
+            caps["max_tokens_per_day"] is not None and today["tokens"] >= caps["max_tokens_per_day"]
+        )
+        state = "REACHED: no new turns today" if reached else "not reached"
+        print(f"daily cap ({usage['timezone']}): {' or '.join(limits)}, {state}")
+    return 0
+
+
+def why_trail(store: Any, turn_id: str) -> dict[str, Any] | None:
+    """The trail of one turn as data: rules version, events, claim, agent, receipt, cards."""
+    with store.read() as tx:
+        turn = tx.get("turn", turn_id)
+        if not isinstance(turn, Turn):
+            return None
+        events = [tx.get("event", f"{s:012d}") for s in turn.events]
+        cards = [tx.get("card", c) for c in turn.cards]
+        actions = [tx.get("action", a) for a in turn.actions]
+    return {
+        "turn": turn.id,
+        "kind": turn.kind_,
+        "rule": turn.rule,
+        "rules_version": turn.rules_version,
+        "matter": turn.matter,
+        "hops": turn.hops,
+        "events": [
+            {
+                "seq": e.seq,
+                "source": e.event.source,
+                "id": e.event.id,
+                "type": e.event.type,
+                "subject": e.event.subject,
+                "hops": e.event.hops,
+            }
+            for e in events
+            if isinstance(e, EventRow)
+        ],
+        "claim": {
+            "worker": turn.worker,
+            "fence": turn.fence,
+            "started_at": turn.started_at,
+            "lease_until": turn.lease_until,
+        },
+        "agent": turn.agent,
+        "session": turn.session,
+        "resume": turn.resume or "",
+        "agent_session": turn.agent_session or "",
+        "receipt": turn.receipt,
+        "cards": [card_data(c) for c in cards if isinstance(c, Card)],
+        "actions": [to_data(a) for a in actions if a is not None],
+        "timers": list(turn.timers),
+        "outcome": turn.outcome or turn.state,
+        "error": turn.error,
+        "refused_receipts": list(turn.refused),
+        "ended_at": turn.ended_at,
+    }
+
+
+def why_lines(store: Any, turn_id: str) -> list[str]:
+    t = why_trail(store, turn_id)
+    if t is None:
+        return [f"no turn {turn_id!r}"]
+    claim = t["claim"]
+    out = [
+        f"turn {t['turn']} ({t['kind']}) under rules version {t['rules_version']}",
+        f"  rule {t['rule']}, matter {t['matter']}, hops {t['hops']}",
+    ]
+    for e in t["events"]:
+        out.append(
+            f"  event {e['seq']}: {e['source']} {e['type']} {e['subject']} (hops {e['hops']})"
+        )
+    out.append(
+        f"  claimed by worker {claim['worker']} at {claim['started_at']} (fence {claim['fence']})"
+    )
+    out.append(f"  agent {t['agent']}, session {t['session']}, resume {t['resume'] or '-'}")
+    out.append(f"  agent's own session: {t['agent_session'] or '-'}")
+    if t["receipt"]:
+        out.append(f"  receipt: {json.dumps(t['receipt'], sort_keys=True)[:400]}")
+    for c in t["cards"]:
+        out.append(f"  card {c['id']} [{c['kind']}] {c['title']!r}: {c['state']}")
+    for a in t["actions"]:
+        out.append(f"  action {a['id']} {a['do']}: {a['status']}")
+    for r in t["refused_receipts"]:
+        out.append(f"  refused receipt: {r}")
+    err = f": {t['error']}" if t["error"] else ""
+    out.append(f"  outcome: {t['outcome']}{err}")
+    return out
+
+
+def cmd_why(args: argparse.Namespace) -> int:
+    ctx = Home.open()
+    trail = why_trail(ctx.store, args.turn)
+    if trail is None:
+        return _die(1, f"no turn {args.turn!r}; 'autoloop status' lists turns")
+    if args.json:
+        _print_json(trail)
+        return 0
+    for line in why_lines(ctx.store, args.turn):
+        print(line)
+    return 0
+
+
+def cmd_cards(args: argparse.Namespace) -> int:
+    ctx = Home.open()
+    with ctx.store.read() as tx:
+        cards = [c for c in tx.query("card") if isinstance(c, Card)]
+    if not args.all:
+        cards = [c for c in cards if c.state == "open"]
+    cards.sort(key=lambda c: int(c.id.lstrip("c") or 0))
+    if args.json:
+        _print_json({"cards": [card_data(c) for c in cards]})
+        return 0
+    from plugins.channels.local import render  # noqa: PLC0415
+
+    if not cards:
+        print("no open cards" if not args.all else "no cards")
+    for c in cards:
+        print(f"{render(c)}  [{c.state}, matter {c.matter}]")
+    return 0
+
+
+def cmd_answer(args: argparse.Namespace) -> int:
+    ctx = Home.open()
+    try:
+        choice = int(args.choice)
+    except ValueError:
+        return _die(2, f"choice {args.choice!r} is not a number: give the option's number, e.g. 2")
+    by = args.by or os.environ.get("USER") or "cli"
+    out = ctx.hub().answer(args.card, choice, by=by, via="cli")
+    if not out.reply.ok:
+        return _die(1, out.reply.message)
+    print(f"answered {out.reply.message}; run 'autoloop drain' to resume the agent")
+    return 0
+
+
+def cmd_rebuild(args: argparse.Namespace) -> int:
+    ctx = Home.open()
+    from ghapp.runtime.ledger import Ledger  # noqa: PLC0415
+
+    ledger = Ledger(ctx.store, ctx.rules, ctx.clock)
+    if args.check:
+        diffs = ledger.check()
+        if diffs:
+            for d in diffs[:50]:
+                print(d)
+            return _die(
+                1, f"{len(diffs)} projection row(s) differ from a replay; run 'autoloop rebuild'"
+            )
+        print("projections equal a replay of the facts")
+        return 0
+    n = ledger.rebuild()
+    print(f"rebuilt {n} projection rows from the facts")
+    return 0
+
+
+TRY_RULES = {
+    "max_hops": 8,
+    "agents": {"demo": {"use": "demo"}},
+    "channels": {},
+    "rules": [
+        {
+            "name": "try",
+            "on": {"source": "local", "type": "try.*"},
+            "agent": "demo",
+            "access": "read",
+            "timeout_s": 60,
+        }
+    ],
+}
+
+
+def cmd_try(args: argparse.Namespace) -> int:
+    base = os.environ.get("AUTOLOOP_HOME")
+    home = (
+        Path(base).expanduser() / "try" if base else Path(tempfile.mkdtemp(prefix="autoloop-try-"))
+    )
+    init_home(home, rules_text=json.dumps(TRY_RULES, indent=2))
+    env = dict(os.environ)
+    env["AUTOLOOP_HOME"] = str(home)
+    env.pop("AUTOLOOP_DB", None)
+    ctx = Home.open(env=env, home=home)
+
+    def say(text: str) -> None:
+        print(text, flush=True)
+
+    opened: list[Card] = []
+
+    def on_card(card: Card) -> None:
+        if card.state == "open":
+            opened.append(card)
+
+    def on_turn(phase: str, turn: Turn) -> None:
+        if phase == "start":
+            how = f"resuming its session {turn.resume}" if turn.resume else "in a fresh session"
+            say(f"  agent turn {turn.id} starts {how} (a real subprocess)")
+        else:
+            say(f"  agent turn {turn.id} ended: {turn.outcome}; the process is gone")
+
+    hub = ctx.hub(on_card=on_card, on_turn=on_turn)
+    say(f"autoloop try: a trial in {home}")
+    say("1. an event arrives: local try.start")
+    hub.emit(
+        Event(source="local", id=f"try-{uuid.uuid4().hex[:8]}", type="try.start", subject="demo")
+    )
+    hub.drain()
+    asks = [c for c in opened if c.kind_ == "ask"]
+    if not asks:
+        return _die(1, "the demo agent did not ask; see 'autoloop why' in " + str(home))
+    card = asks[-1]
+    say(f"2. the agent asks, and its turn ends. Card {card.id}: {card.title}")
+    for i, o in enumerate(card.options, 1):
+        say(f"     {i}) {o}")
+    say("   nothing runs while the card waits: the wait is a row in the ledger")
+    if args.answer is not None:
+        choice = args.answer
+        say(f"3. you answer {choice} (--answer)")
+    else:
+        if not sys.stdin.isatty():
+            return _die(2, "no terminal to ask on: use 'autoloop try --answer N'")
+        raw = input(f"3. your answer [1-{len(card.options)}]: ").strip()
+        if not raw.isdigit():
+            return _die(2, f"{raw!r} is not an option number")
+        choice = int(raw)
+    out = hub.answer(card.id, choice, by=os.environ.get("USER") or "you", via="cli")
+    if not out.reply.ok:
+        return _die(1, out.reply.message)
+    opened.clear()
+    hub.drain()
+    for c in opened:
+        if c.kind_ == "notice":
+            say(f"4. the agent finished: {c.title}")
+    with ctx.store.read() as tx:
+        turns = sorted((t for t in tx.query("turn") if isinstance(t, Turn)), key=lambda t: t.fence)
+    say("5. the trail:")
+    for t in turns:
+        say(
+            f"   {t.id}: {t.outcome}, session {t.session}, resumed {t.resume or '-'}, "
+            f"agent session {t.agent_session or '-'}"
+        )
+    say(f"explore it: AUTOLOOP_HOME={home} autoloop why {turns[-1].id}")
+    return 0
+
+
+# --------------------------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="autoloop",
+        description="Run command-line coding agents on events; ask people when it matters.",
+    )
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    s = sub.add_parser("init", help="create AUTOLOOP_HOME, a starter rules.json and master.key")
+    s.set_defaults(func=cmd_init)
+
+    s = sub.add_parser("emit", help="record a local event")
+    s.add_argument("source")
+    s.add_argument("type")
+    s.add_argument("subject")
+    s.add_argument("--id", required=True, help="the event's id; (source, id) is recorded once")
+    s.add_argument("--summary")
+    s.add_argument("--link")
+    s.add_argument("--details", help="a file holding a JSON object (kept as data only)")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_emit)
+
+    s = sub.add_parser("drain", help="run hub and worker here until nothing is runnable now")
+    s.add_argument("--worker", default="local")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_drain)
+
+    s = sub.add_parser("status", help="turns, matters, cards, timers, usage")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_status)
+
+    s = sub.add_parser("why", help="the trail of one turn")
+    s.add_argument("turn")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_why)
+
+    s = sub.add_parser("cards", help="list open cards (--all: every card)")
+    s.add_argument("--all", action="store_true")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_cards)
+
+    s = sub.add_parser("answer", help="answer a card with the number of an option")
+    s.add_argument("card")
+    s.add_argument("choice")
+    s.add_argument("--by", help="who answers (default: $USER)")
+    s.set_defaults(func=cmd_answer)
+
+    s = sub.add_parser("rebuild", help="rebuild projections from the facts")
+    s.add_argument("--check", action="store_true", help="compare only; exit 1 on a difference")
+    s.set_defaults(func=cmd_rebuild)
+
+    s = sub.add_parser("try", help="an offline trial with a built-in demo agent")
+    s.add_argument("--answer", type=int, help="answer the question without a prompt")
+    s.set_defaults(func=cmd_try)
+
+    for name in sorted(EXTERNAL):
+        sub.add_parser(name, help=f"see 'autoloop {name} --help'", add_help=False)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list and args_list[0] in EXTERNAL:
+        module, func = EXTERNAL[args_list[0]].split(":")
+        entry = getattr(importlib.import_module(module), func)
+        code: int = entry(args_list[1:])
+        return code
+    parser = build_parser()
+    try:
+        args = parser.parse_args(args_list)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        result: int = args.func(args)
+        return result
+    except ConfigError as exc:
+        return _die(2, str(exc))
+    except StoreError as exc:
+        return _die(2, str(exc))
+    except KeyboardInterrupt:
+        return _die(1, "interrupted; nothing accepted was lost")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

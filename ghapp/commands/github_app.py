@@ -1,0 +1,103 @@
+"""The GitHub App wired into a running server: who we are, our channel and executor.
+
+``attach(server, hub, settings, links=...)`` is called by ``autoloop serve`` when the
+GitHub settings are given. It learns the App's identity (so its own doings are not
+fed back to it, and so what it wrote can be found again by author), then wires:
+
+- every channel of ``rules.json`` with ``"use": "github-comment"``
+  (:mod:`ghapp.github.channel`; card links only where the channel says ``"links": true``);
+- the ``github`` executor for receipt actions (:mod:`ghapp.github.executor`);
+- ``/answer CARD N`` comments (:mod:`ghapp.github.answers`), fed by ``server.on_comment``;
+- the sweeper for missed deliveries, labelled PRs and the outbox (:mod:`ghapp.github.sweeper`),
+  every ``AUTOLOOP_GITHUB_SWEEP_S`` seconds (default 300) and once at start.
+
+It returns the background parts (``start()``/``stop()``) for the caller to run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ghapp.github.answers import AnswerDesk
+from ghapp.github.channel import GitHubCommentChannel
+from ghapp.github.client import GitHubClient
+from ghapp.github.executor import GitHubExecutor
+from ghapp.github.sweeper import Sweeper
+from ghapp.runtime.hub import Hub
+from ghapp.runtime.links import CardLinks
+from ghapp.runtime.settings import GitHubSettings, SettingsError
+from ghapp.web.app import Server
+
+__all__ = ["attach"]
+
+CHANNEL_ADAPTER = "github-comment"
+SWEEP_VAR = "AUTOLOOP_GITHUB_SWEEP_S"
+DEFAULT_SWEEP_S = 300.0
+
+
+def sweep_interval(env: Mapping[str, str]) -> float:
+    """``AUTOLOOP_GITHUB_SWEEP_S``: seconds between sweeps (default 300)."""
+    raw = env.get(SWEEP_VAR, "").strip()
+    if not raw:
+        return DEFAULT_SWEEP_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0.0
+    if not 1.0 <= value <= 86_400.0:
+        raise SettingsError(f"{SWEEP_VAR}={raw!r}: give seconds between 1 and 86400, e.g. 300")
+    return value
+
+
+def attach(
+    server: Server,
+    hub: Hub,
+    settings: GitHubSettings,
+    *,
+    links: CardLinks | None = None,
+    env: Mapping[str, str] | None = None,
+    sweep_every_s: float | None = None,
+    outbox_every_s: float = 30.0,
+) -> list[Any]:
+    if sweep_every_s is None:
+        sweep_every_s = sweep_interval(env or {})
+    client = GitHubClient.from_settings(settings)
+    try:
+        app = client.get_app()
+    except Exception:
+        client.close()
+        raise
+    slug = app.get("slug")
+    server.app_slug = slug if isinstance(slug, str) else None
+    app_id = app.get("id")
+    server.app_id = app_id if isinstance(app_id, int) else settings.app_id
+    if not server.app_slug:
+        raise RuntimeError("GET /app answered without a slug: check AUTOLOOP_GITHUB_URL")
+    bot_login = f"{server.app_slug}[bot]"
+
+    channels: dict[str, GitHubCommentChannel] = {}
+    for name, spec in hub.rules().channels.items():
+        if spec.use == CHANNEL_ADAPTER:
+            channels[name] = GitHubCommentChannel(
+                client, bot_login, links=links if spec.links else None
+            )
+    hub.channels.update(channels)
+    hub.executors["github"] = GitHubExecutor(client, bot_login)
+    answers = AnswerDesk(hub, client, bot_login, wake=server.wake, every_s=sweep_every_s)
+    server.on_comment = answers.submit
+    sweeper = Sweeper(client, hub, every_s=sweep_every_s, outbox_every_s=outbox_every_s)
+    return [answers, sweeper, _Closing(client)]
+
+
+class _Closing:
+    """Last of the background parts: closes the client's pooled connections on stop."""
+
+    def __init__(self, client: GitHubClient) -> None:
+        self.client = client
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        self.client.close()

@@ -1,0 +1,230 @@
+"""The opened home: where things live for one process, and the hub made from them.
+
+``Home.open()`` reads ``AUTOLOOP_HOME`` (the folder: rules, master key, turn folders),
+``AUTOLOOP_DB`` (the ledger) and ``AUTOLOOP_CLOCK``; ``home.rules()`` re-reads the rules
+when their file changes; ``home.hub()`` builds the hub with the agents, channels and
+redaction the rules ask for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import logging
+import os
+import secrets
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from ghapp.runtime.hub import LEASE_MARGIN_S, Hub, clock_from_env, load_rules, rules_path
+from ghapp.store.base import Store, open_store
+from kernel.errors import ConfigError
+from kernel.model import Rules
+from kernel.rules import starter_rules_text
+
+log = logging.getLogger("autoloop.home")
+
+CHANNEL_ADAPTERS = frozenset({"console", "desktop", "webhook", "github-comment"})
+
+
+def home_from_env(env: Mapping[str, str]) -> Path:
+    raw = env.get("AUTOLOOP_HOME")
+    return Path(raw).expanduser() if raw else Path.home() / ".autoloop"
+
+
+def db_url(env: Mapping[str, str], home: Path) -> str:
+    return env.get("AUTOLOOP_DB") or f"sqlite:///{home / 'ledger.db'}"
+
+
+def init_home(home: Path, *, rules_text: str | None = None) -> list[str]:
+    """Create the home folder, a starter rules.json and master.key; keep what exists."""
+    made: list[str] = []
+    home.mkdir(parents=True, exist_ok=True)
+    os.chmod(home, 0o700)
+    rules = home / "rules.json"
+    if not rules.exists() and not (home / "rules.toml").exists():
+        rules.write_text(rules_text if rules_text is not None else starter_rules_text())
+        made.append(str(rules))
+    key = home / "master.key"
+    if not key.exists():
+        fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_hex(32) + "\n")
+        made.append(str(key))
+    return made
+
+
+def lease_margin_from_env(env: Mapping[str, str]) -> float:
+    """AUTOLOOP_LEASE_MARGIN_S: seconds a claim outlives the rule's timeout_s (default 120)."""
+    raw = env.get("AUTOLOOP_LEASE_MARGIN_S")
+    if not raw:
+        return LEASE_MARGIN_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise ConfigError(
+            f"{raw!r} is not a number of seconds >= 0 (e.g. 120)", file="AUTOLOOP_LEASE_MARGIN_S"
+        )
+    return value
+
+
+def _stamp(path: Path) -> tuple[str, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return str(path), st.st_mtime_ns, st.st_size
+
+
+def read_master_key(home: Path) -> bytes:
+    """The bytes of ``master.key`` (surrounding white space dropped), checked for strength.
+
+    Raises :class:`~ghapp.runtime.settings.SettingsError` (one line, with what to do) when the file
+    cannot be read or the key is weak: card links signed with a weak key can be forged.
+    """
+    from ghapp.runtime.links import WeakKeyError, check_master_key  # noqa: PLC0415
+    from ghapp.runtime.settings import SettingsError  # noqa: PLC0415
+
+    path = home / "master.key"
+    try:
+        raw = path.read_bytes().strip()
+    except FileNotFoundError:
+        raise SettingsError(f"{path} is missing: run 'autoloop init' first") from None
+    except OSError as exc:
+        raise SettingsError(f"{path} cannot be read ({exc.strerror})") from None
+    try:
+        return check_master_key(raw)
+    except WeakKeyError as exc:
+        raise SettingsError(
+            f"{path} is refused: {exc}. Move it away and run 'autoloop init' to write a new "
+            "one (links already sent stop working)"
+        ) from None
+
+
+@dataclass
+class Home:
+    """The opened home of one process: its folder, environment, ledger and clock."""
+
+    home: Path
+    env: Mapping[str, str]
+    store: Store
+    clock: Callable[[], datetime]
+    _rules: Rules | None = None
+    _rules_stamp: tuple[str, int, int] | None = None
+
+    @classmethod
+    def open(cls, env: Mapping[str, str] | None = None, home: Path | None = None) -> Home:
+        env = dict(os.environ if env is None else env)
+        home = home or home_from_env(env)
+        clock = clock_from_env(env)
+        store = open_store(db_url(env, home))
+        return cls(home=home, env=env, store=store, clock=clock)
+
+    def rules(self) -> Rules:
+        """The rules, re-read when the file changed (a long-running worker sees edits).
+
+        A file that became invalid is reported once on stderr and the last good rules stay
+        in force; the first load raises, so nothing starts with a bad file.
+        """
+        stamp = _stamp(rules_path(self.home))
+        if self._rules is not None and stamp == self._rules_stamp:
+            return self._rules
+        from plugins.agents.registry import KNOWN_AGENT_ADAPTERS  # noqa: PLC0415
+
+        try:
+            rules = load_rules(self.home, agents=KNOWN_AGENT_ADAPTERS, channels=CHANNEL_ADAPTERS)
+        except ConfigError as exc:
+            if self._rules is None:
+                raise
+            log.error("rules not reloaded, the previous ones stay in force: %s", exc)
+            self._rules_stamp = stamp
+            return self._rules
+        self._rules, self._rules_stamp = rules, stamp
+        return rules
+
+    def hub(self, **kw: object) -> Hub:
+        from plugins.agents.registry import make_agent  # noqa: PLC0415
+        from plugins.channels.local import make_channels  # noqa: PLC0415
+
+        rules = self.rules()
+        redact = make_redact(self.home, rules, self.env)
+        return Hub(
+            home=self.home,
+            store=self.store,
+            rules=self.rules,
+            clock=self.clock,
+            agent_for=make_agent,
+            channels=make_channels(rules, self.env),
+            redact=redact,
+            lease_margin_s=lease_margin_from_env(self.env),
+            **kw,  # type: ignore[arg-type]
+        )
+
+
+def secret_values(home: Path, rules: Rules, env: Mapping[str, str]) -> list[str]:
+    """Values this process must never store or print: marked env vars, hub secrets."""
+    values = [env[name] for name in rules.secret_env if env.get(name)]
+    for name in ("AUTOLOOP_GITHUB_WEBHOOK_SECRET",):
+        if env.get(name):
+            values.append(env[name])
+    try:
+        key = (home / "master.key").read_bytes().strip()
+    except OSError:
+        key = b""
+    with contextlib.suppress(UnicodeDecodeError):  # a binary key never shows up as text
+        if key:
+            values.append(key.decode())
+    return values
+
+
+def make_redactor(home: Path, rules: Rules, env: Mapping[str, str]) -> Any:
+    """A ``ghapp.runtime.redact.Redactor`` for this process, or None where it is not installed."""
+    try:
+        from ghapp.runtime.redact import (  # type: ignore[import-not-found, unused-ignore]  # noqa: PLC0415
+            Redactor,
+        )
+    except ImportError:  # the redactor is landing in parallel; until then, store as is
+        return None
+    return Redactor(extra_values=secret_values(home, rules, env))
+
+
+def make_redact(home: Path, rules: Rules, env: Mapping[str, str]) -> Callable[[str], str]:
+    """The redactor for everything this process stores: patterns plus marked secret values."""
+    redactor = make_redactor(home, rules, env)
+    if redactor is None:
+        return lambda s: s
+    redact: Callable[[str], str] = redactor.redact
+    return redact
+
+
+def configure_logs(ctx: Home) -> None:
+    """Log to stderr, every record redacted (level from AUTOLOOP_LOG_LEVEL, default INFO)."""
+    level = ctx.env.get("AUTOLOOP_LOG_LEVEL") or "INFO"
+    redactor = make_redactor(ctx.home, ctx.rules(), ctx.env)
+    try:  # ghapp.runtime.logs is landing in parallel with the redactor
+        logs: Any = importlib.import_module("ghapp.runtime.logs")
+    except ImportError:
+        logs = None
+    try:
+        if redactor is None or logs is None:
+            logging.basicConfig(level=level.upper(), format="%(levelname)s %(name)s: %(message)s")
+        else:
+            logs.configure_logging(level, redactor)
+    except ValueError as exc:
+        raise ConfigError(
+            f"{exc}; use DEBUG, INFO, WARNING or ERROR", file="AUTOLOOP_LOG_LEVEL"
+        ) from None
+
+
+def reset_logs() -> None:
+    """Undo :func:`configure_logs` (a command's ``main`` may run inside another program)."""
+    try:
+        logs: Any = importlib.import_module("ghapp.runtime.logs")
+    except ImportError:
+        return
+    logs.reset_logging()

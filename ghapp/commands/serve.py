@@ -1,0 +1,180 @@
+"""``autoloop serve``: the webhook server, generic sources, card pages and the worker loop.
+
+Settings come from the environment or ``--config FILE`` (see :mod:`ghapp.runtime.settings`).
+
+- App id or private key given: all GitHub settings must be valid (one clear line
+  otherwise), and the server both receives webhooks and writes back to GitHub.
+- Only the webhook secret given: the server receives and records signed webhooks
+  (a repository or organization webhook needs nothing else) and says on start that
+  GitHub write-backs are off.
+- None: no GitHub at all (local and HMAC sources).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import signal
+import sys
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from ghapp.commands.home import Home, configure_logs, read_master_key, reset_logs
+from ghapp.runtime.ingest import IngestQueue
+from ghapp.runtime.links import CardLinks
+from ghapp.runtime.settings import Settings, SettingsError
+from ghapp.runtime.worker import WorkerLoop
+from ghapp.web.app import Server, create_app
+from kernel.errors import ConfigError
+
+
+@dataclass
+class Running:
+    server: Server
+    worker: WorkerLoop
+    queue: IngestQueue
+    extras: list[Any]
+    notes: list[str] = field(default_factory=list)  # printed once on start
+
+    def stop(self) -> None:
+        for extra in self.extras:
+            stop = getattr(extra, "stop", None)
+            if stop is not None:
+                stop()
+        self.worker.stop()
+        self.queue.stop()
+
+
+def build(
+    ctx: Home,
+    settings: Settings,
+    *,
+    worker_name: str = "local",
+    max_parallel: int | None = None,
+    base_url: str = "",
+    poll_s: float = 1.0,
+    connect_github: bool = True,
+) -> Running:
+    """Wire hub, ledger queue, worker and (when configured) the GitHub App together.
+
+    A webhook secret alone (or ``connect_github=False``) means ingest only: webhooks
+    are verified and recorded, nothing is written back to GitHub.
+    """
+    rules = ctx.rules()
+    app_given = bool(settings.github_app_id or settings.github_private_key)
+    github = settings.require_github() if app_given and connect_github else None
+    secret = github.webhook_secret if github else None
+    notes: list[str] = []
+    given_secret = settings.github_webhook_secret or ""
+    if secret is None and given_secret.strip():
+        secret = given_secret.encode()
+        notes.append(
+            "GitHub write-backs are off (webhooks are verified and recorded only): "
+            "set AUTOLOOP_GITHUB_APP_ID and AUTOLOOP_GITHUB_PRIVATE_KEY to turn them on"
+        )
+    master = read_master_key(ctx.home)
+    links = CardLinks(master, base_url=base_url)
+    hub = ctx.hub()
+    extras: list[Any] = []
+    worker = WorkerLoop(
+        hub, name=worker_name, max_parallel=max_parallel or rules.max_parallel, poll_s=poll_s
+    )
+    queue = IngestQueue(hub.ledger, on_commit=lambda outs: worker.wake())
+    sources: dict[str, tuple[str, bytes]] = {}
+    for name, spec in rules.sources.items():
+        if spec.adapter != "hmac":
+            continue
+        var = str(spec.options.get("secret_env", f"AUTOLOOP_SOURCE_{name.upper()}_SECRET"))
+        source_secret = ctx.env.get(var)
+        if not source_secret:
+            raise SettingsError(f"source {name!r}: set {var} to its HMAC secret")
+        header = str(spec.options.get("header", "x-signature-256"))
+        sources[name] = (header, source_secret.encode())
+    server = Server(
+        hub=hub,
+        queue=queue,
+        webhook_secret=secret,
+        source_secrets=sources,
+        links=links,
+        wake=worker.wake,
+    )
+    if github is not None:
+        from ghapp.commands.github_app import attach  # noqa: PLC0415  # only with GitHub configured
+
+        extras.extend(attach(server, hub, github, links=links, env=ctx.env))
+    return Running(server=server, worker=worker, queue=queue, extras=extras, notes=notes)
+
+
+def settle_heap() -> None:
+    """Call once everything is loaded, just before serving. What start-up made (modules,
+    rules, compiled patterns, API models) lives as long as the process: it moves out of
+    the garbage collector's sight, so a full collection (every few thousand requests)
+    walks only what requests made. Measured: a full collection paused the server for
+    15-26 ms before, enough to be a webhook's p99."""
+    gc.collect()
+    gc.freeze()
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="autoloop serve")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--workers", type=int, default=None, help="turns run at once (max_parallel)")
+    p.add_argument("--name", default="local", help="this worker's name")
+    p.add_argument("--config", type=Path, help="a TOML settings file")
+    p.add_argument("--base-url", default="", help="public URL of this server, for card links")
+    args = p.parse_args(argv)
+    env: Mapping[str, str] = os.environ
+    try:
+        settings = Settings.from_env(env, args.config)
+        ctx = Home.open(env=dict(env), home=settings.home)
+        configure_logs(ctx)  # every log record redacted, until this function returns
+        running = build(
+            ctx,
+            settings,
+            worker_name=args.name,
+            max_parallel=args.workers,
+            base_url=args.base_url or f"http://{args.host}:{args.port}",
+        )
+    except (SettingsError, ConfigError) as exc:
+        reset_logs()
+        print(f"autoloop serve: {exc}", file=sys.stderr)
+        return 2
+    running.queue.start()
+    running.worker.start()
+    for extra in running.extras:
+        start = getattr(extra, "start", None)
+        if start is not None:
+            start()
+    config = uvicorn.Config(
+        create_app(running.server),
+        host=args.host,
+        port=args.port,
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=5,
+    )
+    server = uvicorn.Server(config)
+    for note in running.notes:
+        print(f"autoloop serve: {note}", flush=True)
+    print(f"autoloop serve: listening on http://{args.host}:{args.port}", flush=True)
+    done = threading.Event()
+
+    def _term(signum: int, frame: object) -> None:
+        server.should_exit = True
+        done.set()
+
+    signal.signal(signal.SIGTERM, _term)
+    settle_heap()
+    try:
+        server.run()
+    finally:
+        running.stop()
+        reset_logs()
+    return 0

@@ -1,0 +1,59 @@
+"""``autoloop work [--name W]``: a worker only, claiming turns from the shared ledger.
+
+It opens the home, starts one :class:`~ghapp.runtime.worker.WorkerLoop` and runs until
+SIGTERM or SIGINT. Workers on several machines share one ledger (``AUTOLOOP_DB``);
+``--name`` picks the turns whose agent names this worker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+
+from ghapp.commands.home import Home, configure_logs, reset_logs
+from ghapp.runtime.worker import WorkerLoop
+from ghapp.store.base import StoreError
+from kernel.errors import ConfigError
+
+log = logging.getLogger("autoloop.worker")
+
+
+def main(argv: list[str]) -> int:
+    """``autoloop work [--name W]``: a worker only, claiming turns from the shared ledger."""
+    p = argparse.ArgumentParser(prog="autoloop work")
+    p.add_argument("--name", default="local", help="run only turns whose agent names this worker")
+    p.add_argument("--parallel", type=int, default=None, help="turns at once (max_parallel)")
+    p.add_argument("--poll", type=float, default=1.0, help="seconds between looks at the ledger")
+    args = p.parse_args(argv)
+    try:
+        ctx = Home.open()
+        rules = ctx.rules()
+        configure_logs(ctx)
+        hub = ctx.hub()
+    except (ConfigError, StoreError) as exc:
+        print(f"autoloop work: {exc}", file=sys.stderr)
+        return 2
+    loop = WorkerLoop(
+        hub, name=args.name, max_parallel=args.parallel or rules.max_parallel, poll_s=args.poll
+    )
+    stop = threading.Event()
+
+    def _term(signum: int, frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _term)
+    signal.signal(signal.SIGINT, _term)
+    print(f"autoloop work: worker {args.name!r} started", flush=True)
+    log.info("worker %r started (pid %d)", args.name, os.getpid())
+    loop.start()
+    try:
+        stop.wait()
+        loop.stop()
+        log.info("worker %r stopped", args.name)
+    finally:
+        reset_logs()
+    return 0

@@ -1,0 +1,13 @@
+"""The GitHub edge: everything that talks to GitHub, and only that.
+
+- ``client``: ``GitHubClient``, thin typed methods over one HTTP stack
+- ``auth``: the App's JWT and cached installation tokens
+- ``sansio``: webhook signatures, webhook headers and rate-limit headers, without I/O
+- ``errors``: the ``GitHubError`` tree; ``retry``: the one retry policy (reads only)
+- ``executor``: ``GitHubExecutor``, receipt actions applied exactly once
+- ``channel``: ``GitHubCommentChannel``, a card as one comment
+- ``answers``: ``AnswerDesk``, ``/answer CARD N`` comments as answers
+- ``sweeper``: ``Sweeper``, what the webhooks missed, found again
+
+Nothing is imported here.
+"""

@@ -1,0 +1,103 @@
+"""The errors of calls to GitHub: one tree, with data on each exception.
+
+They mean "the outside world misbehaved"; misuse of :mod:`ghapp.github.retry` is a
+``TypeError``. :func:`ghapp.github.retry.error_for` turns an error answer into one of
+them, and :mod:`ghapp.github.retry` and :mod:`ghapp.github.client` re-export them::
+
+    GitHubError (status, message, documentation_url, method, url)
+    ├── Unauthorized    401
+    ├── Forbidden       403 that is not a rate limit
+    ├── NotFound        404
+    ├── Conflict        409
+    ├── Unprocessable   422
+    ├── RateLimited     429, or 403 with rate-limit headers (retry_after_s)
+    ├── ServerError     5xx on a read, after the retries
+    ├── Unreachable     no answer to a read, after the retries (cause)
+    └── AmbiguousWrite  a write with no answer or a 5xx answer (cause)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "AmbiguousWrite",
+    "Conflict",
+    "Forbidden",
+    "GitHubError",
+    "NotFound",
+    "RateLimited",
+    "ServerError",
+    "Unauthorized",
+    "Unprocessable",
+    "Unreachable",
+]
+
+
+class GitHubError(Exception):
+    """GitHub answered with an error, or did not answer."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        documentation_url: str | None = None,
+        method: str = "",
+        url: str = "",
+    ) -> None:
+        self.message = message
+        self.status = status
+        self.documentation_url = documentation_url
+        self.method = method
+        self.url = url
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        where = f"{self.method} {self.url}".strip()
+        status = f"{self.status} " if self.status is not None else ""
+        return f"{where}: {status}{self.message}" if where else f"{status}{self.message}"
+
+
+class Unauthorized(GitHubError):
+    pass
+
+
+class Forbidden(GitHubError):
+    pass
+
+
+class NotFound(GitHubError):
+    pass
+
+
+class Conflict(GitHubError):
+    pass
+
+
+class Unprocessable(GitHubError):
+    pass
+
+
+class ServerError(GitHubError):
+    pass
+
+
+class RateLimited(GitHubError):
+    def __init__(self, message: str, *, retry_after_s: float, **kw: Any) -> None:
+        self.retry_after_s = retry_after_s
+        super().__init__(message, **kw)
+
+
+class Unreachable(GitHubError):
+    def __init__(self, message: str, *, cause: BaseException | None = None, **kw: Any) -> None:
+        self.cause = cause
+        super().__init__(message, **kw)
+
+
+class AmbiguousWrite(GitHubError):
+    """A write may or may not have been applied: read GitHub back before anything else."""
+
+    def __init__(self, message: str, *, cause: BaseException | None = None, **kw: Any) -> None:
+        self.cause = cause
+        super().__init__(message, **kw)

@@ -1,0 +1,377 @@
+"""Receipt actions in the ``github`` namespace, each applied to GitHub exactly once.
+
+``hub.executors["github"] = GitHubExecutor(client, bot_login)``. The hub records an
+attempt in the ledger *before* it calls :meth:`GitHubExecutor.perform`, so an action
+that reaches us with ``attempts > 0`` may already have been applied (a crash, a lost
+answer, a raised error). Every operation therefore follows one pattern:
+
+- first attempt: write;
+- a retry (``attempts > 0``), or a write whose answer was lost
+  (:class:`~ghapp.github.errors.AmbiguousWrite`): read GitHub back first, and write only what
+  is still missing (or edit what we wrote), never the same thing twice.
+
+What we write is found again by a hidden marker plus our own author
+(``<slug>[bot]``): comments carry ``<!-- autoloop:action=<action id> -->``, and so do
+review bodies. The action id is the deterministic idempotency key.
+
+| do | params | read back on a retry |
+|---|---|---|
+| ``github.comment`` | ``body`` | the issue's comments, by marker |
+| ``github.label`` | ``labels`` | the issue's labels |
+| ``github.unlabel`` | ``label`` or ``labels`` | the issue's labels |
+| ``github.close`` / ``github.reopen`` | ``reason`` (close: completed, not_planned) | state |
+| ``github.assign`` | ``assignees`` | the issue's assignees |
+| ``github.review`` | ``event`` (APPROVE, REQUEST_CHANGES, COMMENT), ``body`` | reviews, by marker |
+| ``github.merge`` | ``sha`` (the head the decision was made on), ``method`` | the PR: merged? |
+
+Every action names ``repo`` (``owner/name``) and ``number``. Bad parameters and GitHub's
+refusals (404, 403, 409, 422...) raise :class:`~plugins.protocols.ActionFailed`: the action is
+recorded failed and a notice card says why. Transient trouble (no answer, 5xx, rate
+limits) propagates: the action stays allowed and the next sweep retries it, reading
+back first.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ghapp.github.client import GitHubClient
+from ghapp.github.errors import (
+    AmbiguousWrite,
+    GitHubError,
+    RateLimited,
+    ServerError,
+    Unauthorized,
+    Unreachable,
+)
+from kernel.records import Action
+from plugins.protocols import ActionFailed
+
+__all__ = [
+    "MARK",
+    "GitHubExecutor",
+    "Target",
+    "defuse",
+    "find_marked",
+    "marker",
+    "subject_target",
+    "target_of",
+]
+
+#: Every hidden marker the App writes starts so (the webhook translator drops such comments).
+MARK = "<!-- autoloop:"
+MAX_ATTEMPTS = 20  # then the action is recorded failed instead of retried forever
+REVIEW_EVENTS = ("APPROVE", "REQUEST_CHANGES", "COMMENT")
+MERGE_METHODS = ("merge", "squash", "rebase")
+CLOSE_REASONS = ("completed", "not_planned")
+TRANSIENT = (AmbiguousWrite, RateLimited, ServerError, Unreachable, Unauthorized)
+
+_REPO = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+_SUBJECT = re.compile(r"^([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)#([1-9][0-9]{0,9})$")
+_SHA = re.compile(r"^[0-9a-fA-F]{7,64}$")
+
+JSON = dict[str, Any]
+
+
+# --------------------------------------------------------------------------- shared helpers
+
+
+def marker(kind: str, ident: str) -> str:
+    return f"{MARK}{kind}={ident} -->"
+
+
+def defuse(text: str) -> str:
+    """Text written by an agent or a person, made unable to pass for one of our markers."""
+    return text.replace(MARK, "&lt;!-- autoloop:")
+
+
+def _login(user: object) -> str:
+    login = user.get("login") if isinstance(user, Mapping) else None
+    return login.lower() if isinstance(login, str) else ""
+
+
+def find_marked(items: Iterable[Mapping[str, Any]], mark: str, bot_login: str) -> JSON | None:
+    """The first comment or review written by ``bot_login`` whose body holds ``mark``."""
+    for item in items:
+        body = item.get("body")
+        if _login(item.get("user")) == bot_login.lower() and isinstance(body, str) and mark in body:
+            return dict(item)
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    repo: str
+    number: int
+
+    def __str__(self) -> str:
+        return f"{self.repo}#{self.number}"
+
+
+def subject_target(subject: str) -> Target | None:
+    """``owner/repo#N`` as a target; None for any other subject."""
+    found = _SUBJECT.match(subject or "")
+    return Target(found.group(1), int(found.group(2))) if found else None
+
+
+def target_of(params: Mapping[str, Any]) -> Target:
+    repo, number = params.get("repo"), params.get("number")
+    if not isinstance(repo, str) or not _REPO.match(repo):
+        raise ActionFailed(
+            f"'repo' must be 'owner/name', not {repo!r}: name the repository of the issue or PR"
+        )
+    if isinstance(number, bool) or not isinstance(number, int) or number < 1:
+        raise ActionFailed(
+            f"'number' must be the issue or pull request number (a whole number), not {number!r}"
+        )
+    return Target(repo, number)
+
+
+def _names(params: Mapping[str, Any], key: str, *, single: str | None = None) -> list[str]:
+    value = params.get(key)
+    if value is None and single is not None and isinstance(params.get(single), str):
+        value = [params[single]]
+    if (
+        not isinstance(value, list)
+        or not value
+        or not all(isinstance(v, str) and v.strip() for v in value)
+    ):
+        what = f"'{key}'" + (f" (or '{single}')" if single else "")
+        raise ActionFailed(f"{what} must be a non-empty list of names, not {value!r}")
+    return [v.strip() for v in value]
+
+
+def _text(params: Mapping[str, Any], key: str, *, required: bool = True) -> str:
+    value = params.get(key, "" if not required else None)
+    if not isinstance(value, str) or (required and not value.strip()):
+        raise ActionFailed(f"'{key}' must be non-empty text, not {value!r}")
+    return value
+
+
+# --------------------------------------------------------------------------- the executor
+
+
+class GitHubExecutor:
+    """Performs ``github.*`` actions through one :class:`GitHubClient`."""
+
+    def __init__(
+        self, client: GitHubClient, bot_login: str, *, max_attempts: int = MAX_ATTEMPTS
+    ) -> None:
+        self.client = client
+        self.bot_login = bot_login
+        self.max_attempts = max_attempts
+        self._ops: dict[str, Callable[[Action, Target, bool], JSON]] = {
+            "comment": self._comment,
+            "label": self._label,
+            "unlabel": self._unlabel,
+            "close": lambda a, t, r: self._state(a, t, r, "closed"),
+            "reopen": lambda a, t, r: self._state(a, t, r, "open"),
+            "assign": self._assign,
+            "review": self._review,
+            "merge": self._merge,
+        }
+
+    def perform(self, action: Action) -> Mapping[str, Any]:
+        ns, _, verb = action.do.partition(".")
+        op = self._ops.get(verb) if ns == "github" else None
+        if op is None:
+            known = ", ".join(f"github.{v}" for v in self._ops)
+            raise ActionFailed(f"unknown action {action.do!r}; this executor knows {known}")
+        if action.attempts >= self.max_attempts:
+            raise ActionFailed(
+                f"gave up after {action.attempts} attempts; the last error was: "
+                f"{action.error or 'none recorded'}"
+            )
+        target = target_of(action.params)
+        try:
+            return op(action, target, action.attempts > 0)
+        except TRANSIENT:
+            raise
+        except GitHubError as exc:
+            raise ActionFailed(f"GitHub refused {action.do} on {target}: {exc}") from exc
+
+    # -- comments ----------------------------------------------------------------------
+
+    def _comment(self, action: Action, t: Target, retry: bool) -> JSON:
+        text = f"{marker('action', action.id)}\n{defuse(_text(action.params, 'body'))}"
+        if not retry:
+            try:
+                made = self.client.create_comment(t.repo, t.number, text)
+            except AmbiguousWrite:
+                pass
+            else:
+                return {"comment": made.get("id"), "url": made.get("html_url")}
+        return self.sticky_comment(t, marker("action", action.id), text)
+
+    def sticky_comment(self, t: Target, mark: str, text: str) -> JSON:
+        """Find our comment holding ``mark`` and make it say ``text``; create it if missing."""
+        found = find_marked(self.client.list_issue_comments(t.repo, t.number), mark, self.bot_login)
+        if found is None:
+            made = self.client.create_comment(t.repo, t.number, text)
+            return {"comment": made.get("id"), "url": made.get("html_url"), "read_back": True}
+        if found.get("body") != text:
+            self.client.update_comment(t.repo, int(found["id"]), text)
+        return {"comment": found.get("id"), "url": found.get("html_url"), "read_back": True}
+
+    # -- labels, state, assignees ----------------------------------------------------
+
+    def _issue(self, t: Target) -> JSON:
+        return self.client.get_issue(t.repo, t.number)
+
+    @staticmethod
+    def _label_names(issue: Mapping[str, Any]) -> set[str]:
+        labels = issue.get("labels")
+        out: set[str] = set()
+        for label in labels if isinstance(labels, list) else []:
+            name = label.get("name") if isinstance(label, Mapping) else label
+            if isinstance(name, str):
+                out.add(name.lower())
+        return out
+
+    def _label(self, action: Action, t: Target, retry: bool) -> JSON:
+        want = _names(action.params, "labels", single="label")
+        todo = want
+        if retry:
+            have = self._label_names(self._issue(t))
+            todo = [n for n in want if n.lower() not in have]
+        read_back = retry
+        if todo:
+            try:
+                self.client.add_labels(t.repo, t.number, todo)
+            except AmbiguousWrite:
+                read_back = True
+                have = self._label_names(self._issue(t))
+                rest = [n for n in todo if n.lower() not in have]
+                if rest:
+                    self.client.add_labels(t.repo, t.number, rest)
+        return {"labels": want, "added": todo, "read_back": read_back}
+
+    def _unlabel(self, action: Action, t: Target, retry: bool) -> JSON:
+        want = _names(action.params, "labels", single="label")
+        todo = want
+        if retry:
+            have = self._label_names(self._issue(t))
+            todo = [n for n in want if n.lower() in have]
+        removed: list[str] = []
+        read_back = retry
+        for name in todo:
+            try:
+                if self.client.remove_label(t.repo, t.number, name):
+                    removed.append(name)
+            except AmbiguousWrite:
+                read_back = True
+                if name.lower() in self._label_names(self._issue(t)):
+                    raise
+                removed.append(name)
+        return {"labels": want, "removed": removed, "read_back": read_back}
+
+    def _state(self, action: Action, t: Target, retry: bool, state: str) -> JSON:
+        reason = action.params.get("reason")
+        if state == "closed" and reason is not None and reason not in CLOSE_REASONS:
+            raise ActionFailed(
+                f"'reason' must be one of {', '.join(CLOSE_REASONS)}, not {reason!r}"
+            )
+        if retry and self._issue(t).get("state") == state:
+            return {"state": state, "changed": False, "read_back": True}
+        try:
+            self.client.set_issue_state(
+                t.repo,
+                t.number,
+                "closed" if state == "closed" else "open",
+                state_reason=reason if isinstance(reason, str) else None,
+            )
+        except AmbiguousWrite:
+            if self._issue(t).get("state") != state:
+                raise
+            return {"state": state, "changed": True, "read_back": True}
+        return {"state": state, "changed": True, "read_back": retry}
+
+    def _assign(self, action: Action, t: Target, retry: bool) -> JSON:
+        want = _names(action.params, "assignees", single="assignee")
+        todo = want
+        if retry:
+            have = {_login(a) for a in self._issue(t).get("assignees") or []}
+            todo = [n for n in want if n.lower() not in have]
+        read_back = retry
+        if todo:
+            try:
+                self.client.add_assignees(t.repo, t.number, todo)
+            except AmbiguousWrite:
+                read_back = True
+                have = {_login(a) for a in self._issue(t).get("assignees") or []}
+                rest = [n for n in todo if n.lower() not in have]
+                if rest:
+                    self.client.add_assignees(t.repo, t.number, rest)
+        return {"assignees": want, "added": todo, "read_back": read_back}
+
+    # -- pull requests -----------------------------------------------------------------
+
+    def _reviews(self, t: Target) -> list[JSON]:
+        return self.client.list_reviews(t.repo, t.number)
+
+    def _review(self, action: Action, t: Target, retry: bool) -> JSON:
+        event = action.params.get("event")
+        if event not in REVIEW_EVENTS:
+            raise ActionFailed(f"'event' must be one of {', '.join(REVIEW_EVENTS)}, not {event!r}")
+        body = _text(action.params, "body", required=event != "APPROVE")
+        sha = action.params.get("sha")
+        if sha is not None and not (isinstance(sha, str) and _SHA.match(sha)):
+            raise ActionFailed(f"'sha' must be a commit sha, not {sha!r}")
+        mark = marker("action", action.id)
+        text = f"{mark}\n{defuse(body)}"
+        if retry:
+            found = find_marked(self._reviews(t), mark, self.bot_login)
+            if found is not None:
+                return {"review": found.get("id"), "read_back": True}
+        try:
+            made = self.client.create_review(
+                t.repo, t.number, event=str(event), body=text, commit_id=sha
+            )
+        except AmbiguousWrite:
+            found = find_marked(self._reviews(t), mark, self.bot_login)
+            if found is None:
+                raise
+            return {"review": found.get("id"), "read_back": True}
+        return {"review": made.get("id"), "read_back": retry}
+
+    def _merge(self, action: Action, t: Target, retry: bool) -> JSON:
+        sha = action.params.get("sha")
+        if not isinstance(sha, str) or not _SHA.match(sha):
+            raise ActionFailed(
+                f"'sha' must be the head commit the merge was decided on, not {sha!r}"
+            )
+        method = action.params.get("method", "merge")
+        if method not in MERGE_METHODS:
+            raise ActionFailed(
+                f"'method' must be one of {', '.join(MERGE_METHODS)}, not {method!r}"
+            )
+        if retry:
+            done = self._merged(t, sha)
+            if done is not None:
+                return done
+        try:
+            made = self.client.merge_pull(t.repo, t.number, sha=sha, merge_method=str(method))
+        except AmbiguousWrite:
+            # Never merge twice: read the pull request back; if it is not merged, the
+            # next sweep tries again (and reads back first).
+            done = self._merged(t, sha)
+            if done is None:
+                raise
+            return done
+        return {"merged": True, "sha": made.get("sha"), "read_back": retry}
+
+    def _merged(self, t: Target, sha: str) -> JSON | None:
+        """The result if the PR is merged already; None if a merge may still be tried."""
+        pr = self.client.get_pull(t.repo, t.number)
+        if pr.get("merged") is True:
+            return {"merged": True, "sha": pr.get("merge_commit_sha"), "read_back": True}
+        if pr.get("state") == "closed":
+            raise ActionFailed(f"{t} was closed without being merged")
+        head = pr.get("head")
+        head_sha = head.get("sha") if isinstance(head, Mapping) else None
+        if isinstance(head_sha, str) and head_sha.lower() != sha.lower():
+            raise ActionFailed(f"the head of {t} moved from {sha} to {head_sha}; not merged")
+        return None

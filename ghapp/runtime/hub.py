@@ -1,0 +1,555 @@
+"""The hub: the shell's service layer over the ledger.
+
+It records events, claims and runs turns, fires timers and schedules, delivers cards to
+channels and performs write-backs through the outbox. The CLI, the HTTP server and the
+worker loop all go through it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from ghapp.runtime.budget import UsageMeter, cap_notice, day_bounds
+from ghapp.runtime.ledger import Ledger, Outcome
+from ghapp.runtime.turns import prepare, run_agent, stop_leftovers
+from ghapp.store.base import Store
+from kernel import facts as f
+from kernel import step as k
+from kernel.cron import parse_cron
+from kernel.errors import ConfigError
+from kernel.model import Event, Rules
+from kernel.records import Action, Card, EventRow, Matter, Turn
+from kernel.rules import parse_rules
+from plugins.protocols import ActionFailed, Channel, Executor
+
+Redact = Callable[[str], str]
+# How long a hub's claim on one write-back lasts: longer than any one attempt (every
+# GitHub call has a timeout, and reads are retried a few times), so that another hub
+# takes over only from one that died mid-attempt. The taker reads back before writing.
+ACTION_CLAIM_S = 300
+
+# A claim lasts the rule's timeout_s plus this margin, and is renewed by heartbeats while
+# the agent runs; AUTOLOOP_LEASE_MARGIN_S changes it (tests, or workers on slow links).
+LEASE_MARGIN_S = 120.0
+HEARTBEAT_EVERY_S = 30.0
+
+
+def real_clock() -> datetime:
+    return datetime.now(UTC)
+
+
+def clock_from_env(env: Mapping[str, str]) -> Callable[[], datetime]:
+    """AUTOLOOP_CLOCK pins "now" for one process (ISO 8601 with offset)."""
+    pinned = env.get("AUTOLOOP_CLOCK")
+    if not pinned:
+        return real_clock
+    try:
+        at = datetime.fromisoformat(pinned)
+    except ValueError:
+        raise ConfigError(
+            f"{pinned!r} is not ISO 8601 (e.g. 2026-11-30T09:00:00+00:00)", file="AUTOLOOP_CLOCK"
+        ) from None
+    if at.tzinfo is None:
+        raise ConfigError(f"{pinned!r} needs an offset, e.g. +00:00", file="AUTOLOOP_CLOCK")
+    return lambda: at
+
+
+def rules_path(home: Path) -> Path:
+    for name in ("rules.json", "rules.toml"):
+        if (home / name).exists():
+            return home / name
+    return home / "rules.json"
+
+
+def load_rules(home: Path, *, agents: Iterable[str], channels: Iterable[str]) -> Rules:
+    path = rules_path(home)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError("not found; run 'autoloop init'", file=str(path)) from None
+    rules = parse_rules(
+        text,
+        path=str(path),
+        fmt="toml" if path.suffix == ".toml" else "json",
+        known_agent_adapters=frozenset(agents),
+        known_channel_adapters=frozenset(channels),
+    )
+    try:
+        ZoneInfo(rules.timezone)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ConfigError(
+            f"unknown time zone {rules.timezone!r} (e.g. UTC, Europe/Berlin)",
+            file=str(path),
+            field="timezone",
+        ) from None
+    return rules
+
+
+def scrub(value: Any, redact: Redact) -> Any:
+    """``value`` with ``redact`` applied to every string in it (dicts, lists, tuples)."""
+    kind = type(value)  # exact types first: decoded JSON holds nothing else
+    if kind is str:
+        return redact(value)
+    if kind is dict:
+        out = {}
+        for k_, v in value.items():  # strings and scalars inline: most values are one
+            t = type(v)
+            out[k_] = redact(v) if t is str else v if t in _PLAIN else scrub(v, redact)
+        return out
+    if kind is list:
+        return [
+            redact(v) if type(v) is str else v if type(v) in _PLAIN else scrub(v, redact)
+            for v in value
+        ]
+    if kind in _PLAIN:
+        return value
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, Mapping):
+        return {k_: scrub(v, redact) for k_, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(scrub(v, redact) for v in value)
+    return value
+
+
+_PLAIN = (int, float, bool, type(None))
+
+
+class RedactingLedger(Ledger):
+    """The ledger as the hub uses it: text from outside is redacted before it is stored.
+
+    Every input that carries text someone else wrote passes here, whoever sends it (the
+    CLI, the HTTP ingest queue, the worker): an event's subject, summary, link and
+    details; an agent's final message and error; a write-back's result and error; an
+    owner notice. Ids, sources and types are kept as they are, so that deduplication and
+    routing do not change. A comment body the hub will post for an agent is masked too:
+    a secret posted where people read it is worse than a masked word in a comment.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        rules: Callable[[], Rules],
+        clock: Callable[[], datetime],
+        redact: Redact,
+    ) -> None:
+        super().__init__(store, rules, clock)
+        self.redact = redact
+
+    def decide_many(self, inputs: list[k.Input], *, now: datetime | None = None) -> list[Outcome]:
+        return super().decide_many([self.clean(i) for i in inputs], now=now)
+
+    def clean(self, inp: k.Input) -> k.Input:
+        r = self.redact
+        if type(inp) is k.Ingest:  # every webhook: built directly, not by replace()
+            ev = inp.event
+            return k.Ingest(
+                event=Event(
+                    source=ev.source,
+                    id=ev.id,
+                    type=ev.type,
+                    subject=r(ev.subject),
+                    summary=r(ev.summary),
+                    link=r(ev.link),
+                    hops=ev.hops,
+                    details=scrub(dict(ev.details), r),
+                    matter=ev.matter,
+                ),
+                ignore=inp.ignore,
+            )
+        if isinstance(inp, k.Finish):
+            out = inp.outcome
+            return replace(
+                inp,
+                outcome=replace(out, final_message=r(out.final_message), error=r(out.error)),
+            )
+        if isinstance(inp, k.ActionDone):
+            return replace(inp, result=scrub(dict(inp.result), r), error=r(inp.error))
+        if isinstance(inp, k.ActionTried):
+            return replace(inp, error=r(inp.error))
+        if isinstance(inp, k.OwnerNotice):
+            return replace(inp, title=r(inp.title), text=r(inp.text))
+        return inp
+
+
+@dataclass
+class DrainReport:
+    turns: list[str] = field(default_factory=list)
+    cards: list[str] = field(default_factory=list)
+    timers: int = 0
+
+
+class Hub:
+    def __init__(
+        self,
+        *,
+        home: Path,
+        store: Store,
+        rules: Callable[[], Rules],
+        clock: Callable[[], datetime] = real_clock,
+        agent_for: Callable[[str], object],
+        channels: Mapping[str, Channel] | None = None,
+        executors: Mapping[str, Executor] | None = None,
+        redact: Redact = lambda s: s,
+        on_card: Callable[[Card], None] | None = None,
+        on_turn: Callable[[str, Turn], None] | None = None,
+        lease_margin_s: float = LEASE_MARGIN_S,
+    ) -> None:
+        self.home = home
+        self.store = store
+        self.rules = rules
+        self.clock = clock
+        self.ledger: Ledger = RedactingLedger(store, rules, clock, redact)
+        self.agent_for = agent_for
+        self.channels = dict(channels or {})
+        self.executors = dict(executors or {})
+        self.redact = redact
+        self.on_card = on_card
+        self.on_turn = on_turn
+        self._performing: set[str] = set()  # actions being performed by this process now
+        self._performing_lock = threading.Lock()
+        # Who performs write-backs here: another hub on the same ledger (a replica) is
+        # refused an action while this one's claim on it is live.
+        self.performer = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.lease_margin_s = lease_margin_s
+        self._usage = UsageMeter()  # today's spend, read incrementally from the facts
+        self._usage_lock = threading.Lock()
+
+    # -- inputs ---------------------------------------------------------------------------
+
+    def emit(self, event: Event) -> Outcome:
+        out = self.ledger.decide(k.Ingest(event=event))
+        self._after(out)
+        return out
+
+    def answer(self, card: str, choice: int, *, by: str, via: str = "cli") -> Outcome:
+        out = self.ledger.decide(k.Answer(card=card, choice=choice, by=by, via=via))
+        self._after(out)
+        return out
+
+    def tick(self) -> int:
+        """Fire due timers, expire lapsed leases, record due schedule ticks."""
+        out = self.ledger.decide(k.Tick())
+        self._after(out)
+        for fact in out.decision.facts:
+            if isinstance(fact, f.TurnFinished) and fact.outcome == "lease_expired":
+                self.stop_orphans(fact.turn)
+        n = int(out.reply.data.get("timers_fired", 0))
+        n += self._schedules()
+        return n
+
+    def _schedules(self) -> int:
+        rules = self.rules()
+        now = self.clock()
+        tz = ZoneInfo(rules.timezone)
+        local = now.astimezone(tz)
+        fired = 0
+        with self.store.read() as tx:
+            meta = tx.get("meta", "counters")
+        ticks = dict(getattr(meta, "ticks", {}) or {})
+        for rule in rules.rules:
+            if not rule.every:
+                continue
+            cron = parse_cron(rule.every)
+            latest = cron.last_at_or_before(local)
+            if latest is None:
+                continue
+            at = k.iso(latest)
+            last = ticks.get(rule.name)
+            if last is None:
+                # First sight of a schedule: start counting from now, don't replay history.
+                # (Compare instants in UTC: same-zone datetimes compare by wall clock.)
+                if latest.astimezone(UTC) < now.astimezone(UTC) - timedelta(minutes=1):
+                    continue
+            elif at <= last:
+                continue
+            out = self.ledger.decide(k.ScheduleDue(rule=rule.name, at=at))
+            self._after(out)
+            fired += 1
+        return fired
+
+    # -- turns ----------------------------------------------------------------------------
+
+    def runnable(self, worker: str = "local") -> list[Matter]:
+        rules = self.rules()
+        with self.store.read() as tx:
+            ms = [m for m in tx.query("matter", states=["runnable"]) if isinstance(m, Matter)]
+        out = []
+        for m in ms:
+            rule = rules.rule(m.rule)
+            if rule is None:
+                continue
+            spec = rules.agents.get(rule.agent)
+            want = spec.worker if spec else "any"
+            if want in ("any", worker) or worker == "*":
+                out.append(m)
+        return out
+
+    def lease_s(self, timeout_s: float) -> int:
+        return max(1, math.ceil(timeout_s + self.lease_margin_s))
+
+    def over_budget(self) -> bool:
+        """True when today's turns reached a daily cap; tells the owner once a day."""
+        rules = self.rules()
+        if rules.max_usd_per_day is None and rules.max_tokens_per_day is None:
+            return False
+        now = self.clock()
+        _, start, end = day_bounds(now, rules.timezone)
+        with self._usage_lock, self.store.read() as tx:
+            self._usage.refresh(tx)
+            used = self._usage.usage(start, end)
+            told = {c.key for c in tx.query("card", matter=k.OWNER_MATTER) if isinstance(c, Card)}
+        notice = cap_notice(rules, now, used)
+        if notice is None:
+            return False
+        if notice.key not in told:
+            self._after(self.ledger.decide(notice))
+        return True
+
+    def claim(self, matter: str, worker: str) -> Turn | None:
+        """Start a turn of ``matter`` for ``worker``; None when it may not start now."""
+        if self.over_budget():  # its events stay pending until the cap allows
+            return None
+        rules = self.rules()
+        with self.store.read() as tx:
+            m = tx.get("matter", matter)
+        rule = rules.rule(m.rule) if isinstance(m, Matter) else None
+        lease = self.lease_s(rule.timeout_s if rule else 1800)
+        out = self.ledger.decide(k.Claim(matter=matter, worker=worker, lease_s=lease))
+        if not out.reply.ok:
+            return None
+        with self.store.read() as tx:
+            t = tx.get("turn", str(out.reply.data["turn"]))
+        return t if isinstance(t, Turn) else None
+
+    def stop_orphans(self, turn_id: str) -> list[int]:
+        """Kill what still runs, on this host, for a turn whose worker lost its claim.
+
+        A worker killed mid-turn leaves its agent running (the agent has a session of its
+        own). Once the lease has lapsed, the retry must not run beside it in the same
+        folder and agent session, so whoever sees the lapse here stops it first.
+        """
+        return stop_leftovers(self.home / "turns" / turn_id)
+
+    def run(self, turn: Turn, *, heartbeat_every_s: float = HEARTBEAT_EVERY_S) -> Outcome:
+        rules = self.rules()
+        rule = rules.rule(turn.rule)
+        events: list[EventRow] = []
+        repair_error = ""
+        lapsed: list[Turn] = []
+        with self.store.read() as tx:
+            if turn.kind_ == "retry":
+                lapsed = [
+                    t
+                    for t in tx.query("turn", matter=turn.matter, states=["failed"])
+                    if isinstance(t, Turn) and t.outcome == "lease_expired"
+                ]
+            for seq in turn.events:
+                row = tx.get("event", f"{seq:012d}")
+                if isinstance(row, EventRow):
+                    events.append(row)
+            if turn.repair_of:
+                prev = tx.get("turn", turn.repair_of)
+                if isinstance(prev, Turn):
+                    repair_error = prev.error
+        if lapsed:  # the attempt this retry repeats may still run where its worker died
+            self.stop_orphans(max(lapsed, key=lambda t: t.fence).id)
+        if rule is None:
+            outcome = k.AgentOutcome(
+                started=False, ok=False, error=f"rule {turn.rule!r} is no longer in rules.json"
+            )
+        else:
+            prepared = prepare(
+                self.home, rules, rule, turn, events, repair_error=repair_error, redact=self.redact
+            )
+            lease = self.lease_s(rule.timeout_s)
+            # Renew well inside the lease, so that a short lease does not lapse under us.
+            heartbeat_every_s = min(heartbeat_every_s, lease / 3)
+
+            def heartbeat() -> bool:
+                out = self.ledger.decide(k.Heartbeat(turn=turn.id, fence=turn.fence, lease_s=lease))
+                return out.reply.ok
+
+            outcome = run_agent(
+                prepared,
+                self.agent_for,
+                redact=self.redact,
+                heartbeat=heartbeat,
+                heartbeat_every_s=heartbeat_every_s,
+            )
+        out = self.ledger.decide(k.Finish(turn=turn.id, fence=turn.fence, outcome=outcome))
+        self._after(out)
+        return out
+
+    # -- effects --------------------------------------------------------------------------
+
+    def _after(self, out: Outcome) -> None:
+        sent: set[str] = set()
+        for eff in out.decision.effects:
+            if isinstance(eff, k.SendCard):
+                self.deliver_card(eff.card)
+                sent.add(eff.card)
+            elif isinstance(eff, k.PerformAction):
+                self.perform(eff.action)
+        # A card the decision changed without a SendCard (a receipt's "resolve" bumps its
+        # version) is shown again too, now rather than at the next sweep.
+        for kind, rid in sorted(out.decision.touched):
+            if kind == "card" and rid not in sent:
+                self.deliver_card(rid, announce=False)
+
+    def channels_for(self, card: Card) -> list[str]:
+        rules = self.rules()
+        if card.matter == k.OWNER_MATTER:
+            names = list(rules.owner_notify) or sorted({n for r in rules.rules for n in r.notify})
+        else:
+            with self.store.read() as tx:
+                m = tx.get("matter", card.matter)
+            rule = rules.rule(m.rule) if isinstance(m, Matter) else None
+            names = list(rule.notify) if rule else []
+        return [n for n in names if n in self.channels]
+
+    def deliver_card(self, card_id: str, *, announce: bool = True) -> None:
+        with self.store.read() as tx:
+            card = tx.get("card", card_id)
+            matter = tx.get("matter", card.matter) if isinstance(card, Card) else None
+        if not isinstance(card, Card):
+            return
+        if announce and self.on_card is not None:
+            self.on_card(card)
+        for name in self.channels_for(card):
+            prev = card.delivered.get(name) or {}
+            if int(prev.get("version", 0)) >= card.version:
+                continue
+            try:
+                ref = self.channels[name].send(
+                    card,
+                    matter if isinstance(matter, Matter) else None,
+                    previous_ref=str(prev.get("ref", "")),
+                )
+            except Exception:  # noqa: S112  # a channel outage leaves the card undelivered; retried by sweep
+                continue
+            self.ledger.decide(
+                k.Delivered(card=card.id, channel=name, version=card.version, ref=ref)
+            )
+
+    def sweep_cards(self) -> None:
+        with self.store.read() as tx:
+            cards = [c for c in tx.query("card") if isinstance(c, Card)]
+        for c in cards:
+            if any(
+                int((c.delivered.get(n) or {}).get("version", 0)) < c.version
+                for n in self.channels_for(c)
+            ):
+                self.deliver_card(c.id)
+
+    def perform(self, action_id: str) -> None:
+        """Perform one allowed action; the ledger records each attempt before it is made.
+
+        A turn's thread and a sweep may reach the same action at once: only one of them
+        performs it in this process, and the other returns (the state is re-read after).
+        """
+        with self._performing_lock:
+            if action_id in self._performing:
+                return
+            self._performing.add(action_id)
+        try:
+            self._perform(action_id)
+        finally:
+            with self._performing_lock:
+                self._performing.discard(action_id)
+
+    def _perform(self, action_id: str) -> None:
+        with self.store.read() as tx:
+            action = tx.get("action", action_id)
+        if not isinstance(action, Action) or action.status != "allowed":
+            return
+        ns = action.do.split(".", 1)[0]
+        executor = self.executors.get(ns)
+        if executor is None:
+            out = self.ledger.decide(
+                k.ActionDone(
+                    action=action.id,
+                    ok=False,
+                    error=f"no executor for {action.do!r} here (is the GitHub App configured?)",
+                )
+            )
+            self._after(out)  # the failure's notice card goes out now
+            return
+        claim = self.ledger.decide(
+            k.ActionTried(action=action.id, by=self.performer, lease_s=ACTION_CLAIM_S)
+        )
+        if not claim.reply.ok:
+            return  # done meanwhile, or another hub is performing it now
+        # The count at claim time, under the ledger's write lock: more than 0 tells the
+        # executor that an earlier attempt may have landed, so it reads back first.
+        action = replace(action, attempts=int(claim.reply.data.get("attempts", action.attempts)))
+        try:
+            result = executor.perform(action)
+        except ActionFailed as exc:
+            out = self.ledger.decide(
+                k.ActionDone(action=action.id, ok=False, error=self.redact(str(exc)))
+            )
+            self._after(out)
+            return
+        except Exception as exc:
+            self.ledger.decide(k.ActionTried(action=action.id, error=self.redact(str(exc))))
+            return
+        self.ledger.decide(k.ActionDone(action=action.id, ok=True, result=dict(result)))
+
+    def sweep_actions(self) -> None:
+        with self.store.read() as tx:
+            pending = [a for a in tx.query("action", states=["allowed"]) if isinstance(a, Action)]
+        for a in pending:
+            self.perform(a.id)
+
+    # -- loops ----------------------------------------------------------------------------
+
+    def drain(self, *, worker: str = "local", max_turns: int = 1000) -> DrainReport:
+        """Run hub and worker here until nothing is runnable now."""
+        report = DrainReport()
+        self.sweep_cards()
+        self.sweep_actions()
+        while len(report.turns) < max_turns:
+            report.timers += self.tick()
+            ms = self.runnable(worker)
+            if not ms:
+                break
+            progressed = False
+            for m in ms:
+                turn = self.claim(m.id, worker)
+                if turn is None:
+                    continue
+                progressed = True
+                if self.on_turn is not None:
+                    self.on_turn("start", turn)
+                self.run(turn)
+                report.turns.append(turn.id)
+                if self.on_turn is not None:
+                    with self.store.read() as tx:
+                        done = tx.get("turn", turn.id)
+                    if isinstance(done, Turn):
+                        self.on_turn("end", done)
+            if not progressed:
+                break
+        return report
+
+
+def read_details(path: str | None) -> dict[str, Any]:
+    if not path:
+        return {}
+    text = Path(path).read_text() if path != "-" else os.sys.stdin.read()  # type: ignore[attr-defined]
+    data = json.loads(text)
+    if not isinstance(data, dict):
+        raise ValueError("details must be a JSON object")
+    return data

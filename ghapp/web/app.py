@@ -1,0 +1,227 @@
+"""The HTTP face of the hub (DESIGN.md section 8): ``create_app(server) -> Starlette``.
+
+- ``POST /github/webhook``: verify ``X-Hub-Signature-256`` (401, nothing stored), refuse
+  bodies over GitHub's 25 MB cap (413), route on ``X-GitHub-Event``, dedupe on
+  ``X-GitHub-Delivery``, commit to the ledger, and only then answer 2xx.
+- ``POST /v1/in/{source}``: generic sources signed with HMAC-SHA256 over the raw body.
+- ``GET/POST /cards/{token}``: the page a signed card link opens, and its answer.
+- ``GET /healthz``, ``GET /metrics`` (Prometheus text).
+
+The card page is rendered by :mod:`ghapp.web.cards`, the metrics page by
+:mod:`ghapp.web.metrics`. No work happens at import; everything the routes need is on
+the ``Server`` object.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import html
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import orjson
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from ghapp.github.sansio import verify_signature
+from ghapp.runtime.hub import Hub
+from ghapp.runtime.ingest import IngestQueue
+from ghapp.runtime.links import CardLinks
+from ghapp.web.cards import form_choice, render_card_page
+from ghapp.web.metrics import Metrics, render_metrics
+from kernel import step as k
+from kernel.model import Event
+from kernel.records import Card
+from plugins.sources.github import translate
+
+MAX_BODY = 25 * 1024 * 1024  # GitHub caps webhook payloads at 25 MB
+
+
+@dataclass
+class Server:
+    hub: Hub
+    queue: IngestQueue
+    webhook_secret: bytes | None = None
+    app_slug: str | None = None
+    app_id: int | None = None
+    source_secrets: Mapping[str, tuple[str, bytes]] = field(default_factory=dict)
+    links: CardLinks | None = None
+    metrics: Metrics = field(default_factory=Metrics)
+    wake: Callable[[], None] = lambda: None
+    on_comment: Callable[[Event], None] | None = None
+
+
+class _BadBody(ValueError):
+    """A webhook body that is not a JSON object (answered 400)."""
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+async def _read_body(request: Request) -> bytes | Response:
+    length = request.headers.get("content-length")
+    if length is not None:
+        try:
+            if int(length) > MAX_BODY:
+                return _error(413, "payload over 25 MB: GitHub never sends one this large")
+        except ValueError:
+            return _error(400, "bad Content-Length header")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY:
+            return _error(413, "payload over 25 MB: GitHub never sends one this large")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def create_app(server: Server) -> Starlette:
+    async def github_webhook(request: Request) -> Response:
+        started = time.perf_counter()
+        m = server.metrics
+        if server.webhook_secret is None:
+            return _error(503, "webhook secret not configured: set AUTOLOOP_GITHUB_WEBHOOK_SECRET")
+        body = await _read_body(request)
+        if isinstance(body, Response):
+            m.inc("webhook_refused_total")
+            return body
+        if not verify_signature(
+            server.webhook_secret, body, request.headers.get("x-hub-signature-256")
+        ):
+            m.inc("webhook_bad_signature_total")
+            return _error(401, "bad or missing X-Hub-Signature-256: check the webhook secret")
+        name = request.headers.get("x-github-event", "")
+        delivery = request.headers.get("x-github-delivery", "")
+        if not name or not delivery:
+            return _error(400, "missing X-GitHub-Event or X-GitHub-Delivery header")
+        found: list[Event] = []
+
+        def prepare() -> list[k.Input]:
+            # runs in the ingest writer, beside the rest of its group's work
+            try:
+                payload = orjson.loads(body)
+            except ValueError:
+                raise _BadBody("body is not JSON: send application/json payloads") from None
+            if not isinstance(payload, dict):
+                raise _BadBody("body must be a JSON object")
+            events = translate(
+                name, delivery, payload, app_slug=server.app_slug, app_id=server.app_id
+            )
+            found.extend(events)
+            if events:
+                return [k.Ingest(event=e) for e in events]
+            action = payload.get("action")
+            etype = f"{name}.{action}" if isinstance(action, str) else name
+            own = Event(source="github", id=delivery, type=etype, subject="github")
+            return [k.Ingest(event=own, ignore="caused by this app")]
+
+        try:
+            outs = await server.queue.submit(prepare)
+        except _BadBody as exc:
+            return _error(400, str(exc))
+        events = found
+        codes = [o.reply.code for o in outs]
+        m.inc("webhook_deliveries_total")
+        m.inc("events_recorded_total", codes.count("recorded"))
+        m.inc("events_duplicate_total", codes.count("duplicate"))
+        m.observe(time.perf_counter() - started)
+        if "recorded" in codes:
+            server.wake()
+            if server.on_comment is not None:
+                for e in events:
+                    if e.type == "issue_comment.created":
+                        server.on_comment(e)
+        dup = all(c == "duplicate" for c in codes)
+        answer = {"delivery": delivery, "events": len(events), "duplicate": dup}
+        return Response(orjson.dumps(answer), status_code=200, media_type="application/json")
+
+    async def generic_source(request: Request) -> Response:
+        source = request.path_params["source"]
+        spec = server.source_secrets.get(source)
+        if spec is None:
+            return _error(404, f"no source {source!r} in rules.json (adapter 'hmac')")
+        header, secret = spec
+        body = await _read_body(request)
+        if isinstance(body, Response):
+            return body
+        given = request.headers.get(header, "")
+        want = hmac.new(secret, body, hashlib.sha256).hexdigest()
+        if not (hmac.compare_digest(given, want) or hmac.compare_digest(given, "sha256=" + want)):
+            return _error(401, f"bad or missing {header}: sign the raw body with HMAC-SHA256")
+        try:
+            data = orjson.loads(body)
+        except ValueError:
+            return _error(400, "body is not JSON")
+        if not isinstance(data, dict):
+            return _error(400, "body must be a JSON object")
+        eid = data.get("id")
+        etype = data.get("type")
+        if not isinstance(eid, str) or not isinstance(etype, str) or not eid or not etype:
+            return _error(400, 'body needs string fields "id" and "type"')
+        details = data.get("details") if isinstance(data.get("details"), dict) else {}
+        subject = data.get("subject") if isinstance(data.get("subject"), str) else source
+        event = Event(
+            source=source,
+            id=eid,
+            type=etype,
+            subject=str(subject),
+            summary=str(data.get("summary") or "")[:500],
+            link=str(data.get("link") or "")[:500],
+            details=details or {},
+        )
+        (out,) = await server.queue.submit([k.Ingest(event=event)])
+        if out.reply.code == "recorded":
+            server.wake()
+        return JSONResponse({"code": out.reply.code, **dict(out.reply.data)}, status_code=200)
+
+    async def card_page(request: Request) -> Response:
+        links = server.links
+        card_id = links.verify(request.path_params["token"]) if links else None
+        if card_id is None:
+            return HTMLResponse("<p>This card link is invalid or has expired.</p>", 404)
+        with server.hub.store.read() as tx:
+            card = tx.get("card", card_id)
+        if not isinstance(card, Card):
+            return HTMLResponse("<p>Unknown card.</p>", 404)
+        if request.method == "POST":
+            body = await _read_body(request)
+            if isinstance(body, Response):
+                return body
+            choice = form_choice(body)
+            if choice is None:
+                return HTMLResponse("<p>Pick one of the options.</p>", 400)
+            out = server.hub.answer(card_id, choice, by="card-link", via="link")
+            server.wake()
+            status = 200 if out.reply.ok else 409
+            return HTMLResponse(f"<p>{html.escape(out.reply.message)}</p>", status)
+        return HTMLResponse(render_card_page(card, request.path_params["token"]))
+
+    async def healthz(request: Request) -> Response:
+        try:
+            with server.hub.store.read() as tx:
+                n = tx.fact_count()
+        except Exception as exc:
+            return JSONResponse({"ok": False, "ledger": str(exc)}, status_code=503)
+        return JSONResponse({"ok": True, "facts": n})
+
+    async def metrics(request: Request) -> Response:
+        return PlainTextResponse(
+            render_metrics(server.metrics, server.queue, server.hub.store),
+            media_type="text/plain; version=0.0.4",
+        )
+
+    return Starlette(
+        routes=[
+            Route("/github/webhook", github_webhook, methods=["POST"]),
+            Route("/v1/in/{source}", generic_source, methods=["POST"]),
+            Route("/cards/{token}", card_page, methods=["GET", "POST"]),
+            Route("/healthz", healthz, methods=["GET"]),
+            Route("/metrics", metrics, methods=["GET"]),
+        ]
+    )

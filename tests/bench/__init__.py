@@ -1,0 +1,1 @@
+"""The benchmarks run at tiny sizes: each one ends and produces its figures."""

@@ -1,0 +1,1 @@
+"""Tests of the shell, one folder per layer of ``ghapp/``."""

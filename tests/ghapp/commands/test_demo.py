@@ -1,0 +1,43 @@
+"""`autoloop demo` runs the whole product offline, end to end, as a new user would."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests import paths
+
+ROOT = paths.ROOT
+
+
+def test_demo_runs_to_the_end_in_under_a_minute(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOLOOP_")}
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "ghapp.commands.cli", "demo", "--home", str(tmp_path / "demo")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    elapsed = time.monotonic() - started
+    out = proc.stdout
+    assert proc.returncode == 0, out + proc.stderr
+    assert elapsed < 60
+    assert "the agent asks, and its turn ends" in out
+    assert "Issue sandbox/demo#1, opened just now." in out
+    assert "only people with write access" in out  # the read-only answer was refused
+    assert "resumes its session" in out
+    assert "github.comment -> done" in out and "github.label -> done" in out
+    assert "issue #1 now has labels ['bug']" in out
+    assert "autoloop why t2" in out and "outcome: ok" in out
+    # each of the app's writes happened once: no path repeats for the action comment
+    posts = [
+        line for line in out.splitlines() if "POST /repos/sandbox/demo/issues/1/labels" in line
+    ]
+    assert len(posts) == 1

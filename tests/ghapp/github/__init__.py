@@ -1,0 +1,1 @@
+"""The GitHub edge: client, auth, sans-I/O helpers, retries, executor and channel."""

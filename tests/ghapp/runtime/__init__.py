@@ -1,0 +1,1 @@
+"""The runtime: hub, outbox, workers, budget, redaction, logs and settings."""

@@ -1,0 +1,119 @@
+"""Logging: whatever a record carries, handlers only ever see it redacted."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from ghapp.runtime.logs import configure_logging, get_logger, reset_logging
+from ghapp.runtime.redact import Redactor
+from tests import paths
+
+CORPUS = paths.FIXTURES / "secrets"
+MANIFEST: dict[str, Any] = json.loads((CORPUS / "manifest.json").read_text())
+REDACTOR = Redactor(MANIFEST["extra_values"])
+ENV_FILE = (CORPUS / "app.env").read_text()
+ENV_SECRETS = [entry["value"] for entry in MANIFEST["planted"]["app.env"]]
+HOOK = next(v for v in MANIFEST["extra_values"] if v.isalnum() and len(v) == 32)
+
+
+def leaks(output: str, secrets: list[str]) -> list[str]:
+    """Secrets (or any 12-character slice of one) found in output."""
+    return [s for s in secrets if any(s[i : i + 12] in output for i in range(max(1, len(s) - 11)))]
+
+
+@pytest.fixture(autouse=True)
+def clean_logging() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    reset_logging()
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+def test_the_check_sees_the_secrets_when_nothing_redacts() -> None:
+    assert len(leaks(ENV_FILE, ENV_SECRETS)) == len(ENV_SECRETS) > 10
+
+
+def test_messages_arguments_and_exceptions_are_redacted_in_text_output() -> None:
+    out = io.StringIO()
+    configure_logging("INFO", REDACTOR, stream=out)
+    log = get_logger("ghapp.test")
+    log.info("environment of the failed turn:\n%s", ENV_FILE)
+    log.warning("webhook secret was %r", HOOK)
+    try:
+        raise RuntimeError("agent crashed with " + ENV_SECRETS[0])
+    except RuntimeError:
+        log.exception("turn failed")
+    log.debug("not shown at INFO %s", ENV_SECRETS[1])
+    text = out.getvalue()
+    assert leaks(text, [*ENV_SECRETS, HOOK]) == []
+    assert "environment of the failed turn" in text and "turn failed" in text
+    assert "RuntimeError: agent crashed with [REDACTED:github-token]" in text
+    assert "webhook secret was '[REDACTED:value]'" in text
+    assert "not shown" not in text
+
+
+def test_json_output_is_one_redacted_object_per_line_with_extra_fields() -> None:
+    out = io.StringIO()
+    configure_logging(logging.DEBUG, REDACTOR, json=True, stream=out)
+    log = get_logger("ghapp.worker")
+    log.info("claimed %d events", 3, extra={"token": "plain-token-value", "turn": "t-1"})
+    log.error("bad header %s", "Authorization: Bearer " + ENV_SECRETS[0])
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [line["msg"] for line in lines] == [
+        "claimed 3 events",
+        "bad header Authorization: Bearer [REDACTED:authorization]",
+    ]
+    assert lines[0]["token"] == "[REDACTED:secret]" and lines[0]["turn"] == "t-1"
+    assert lines[0]["level"] == "INFO" and lines[0]["logger"] == "ghapp.worker"
+    assert "plain-token-value" not in out.getvalue()
+
+
+def test_handlers_added_by_other_code_also_get_redacted_records(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    configure_logging("INFO", REDACTOR, stream=io.StringIO())
+    theirs = io.StringIO()
+    other = logging.getLogger("some.library")
+    handler = logging.StreamHandler(theirs)
+    other.addHandler(handler)
+    try:
+        with caplog.at_level(logging.INFO):
+            other.info("connecting with %s", ENV_FILE)
+    finally:
+        other.removeHandler(handler)
+    assert "connecting with" in theirs.getvalue()
+    assert leaks(theirs.getvalue(), ENV_SECRETS) == []
+    assert leaks(caplog.text, ENV_SECRETS) == []
+
+
+def test_configuring_again_replaces_the_handler_and_reset_undoes_it() -> None:
+    root = logging.getLogger()
+    before = list(root.handlers)
+    configure_logging("INFO", REDACTOR, stream=io.StringIO())
+    second = configure_logging("INFO", Redactor(), stream=io.StringIO())
+    assert [h for h in root.handlers if h not in before] == [second]
+    reset_logging()
+    assert root.handlers == before
+    record = logging.makeLogRecord({"msg": "raw %s", "args": (HOOK,)})
+    assert HOOK in record.getMessage()
+
+
+def test_a_bad_format_string_still_logs_and_stays_redacted() -> None:
+    out = io.StringIO()
+    configure_logging("INFO", REDACTOR, stream=out)
+    get_logger("ghapp.test").info("two %s %s", ENV_SECRETS[0])
+    assert "unformattable" in out.getvalue()
+    assert leaks(out.getvalue(), ENV_SECRETS) == []
+
+
+def test_an_unknown_level_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="unknown log level 'LOUD'; use one of DEBUG"):
+        configure_logging("LOUD", REDACTOR)

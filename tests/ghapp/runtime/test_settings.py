@@ -1,0 +1,178 @@
+"""Settings come from the environment or a TOML file; bad ones say what to do in one line."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+from ghapp.runtime.settings import DEFAULT_GITHUB_URL, Settings, SettingsError
+
+
+@functools.cache
+def rsa_pem() -> str:
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.TraditionalOpenSSL,
+        serialization.NoEncryption(),
+    ).decode()
+
+
+def github_env(**over: str) -> dict[str, str]:
+    env = {
+        "HOME": "/home/someone",
+        "AUTOLOOP_GITHUB_APP_ID": "12345",
+        "AUTOLOOP_GITHUB_PRIVATE_KEY": rsa_pem(),
+        "AUTOLOOP_GITHUB_WEBHOOK_SECRET": "s3cret",
+    }
+    env.update(over)
+    return env
+
+
+def error_of(settings: Settings) -> str:
+    with pytest.raises(SettingsError) as info:
+        settings.require_github()
+    text = str(info.value)
+    assert "\n" not in text
+    return text
+
+
+def test_defaults_follow_the_design() -> None:
+    s = Settings.from_env({"HOME": "/home/someone"})
+    assert s.home == Path("/home/someone/.autoloop")
+    assert s.db == "sqlite:////home/someone/.autoloop/ledger.db"
+    assert s.github_url == DEFAULT_GITHUB_URL == "https://api.github.com"
+
+
+def test_home_and_db_come_from_the_environment() -> None:
+    s = Settings.from_env({"AUTOLOOP_HOME": "/srv/al", "AUTOLOOP_DB": "postgresql://db/al"})
+    assert s.home == Path("/srv/al")
+    assert s.db == "postgresql://db/al"
+    assert Settings.from_env({"AUTOLOOP_HOME": "/srv/al"}).db == "sqlite:////srv/al/ledger.db"
+
+
+def test_github_settings_from_the_environment() -> None:
+    env = github_env(AUTOLOOP_GITHUB_URL="http://127.0.0.1:9000/api/")
+    gh = Settings.from_env(env).require_github()
+    assert gh.app_id == 12345
+    assert gh.private_key.startswith("-----BEGIN RSA PRIVATE KEY-----")
+    assert gh.webhook_secret == b"s3cret"
+    assert gh.api_url == "http://127.0.0.1:9000/api"
+
+
+def test_private_key_may_be_a_file_path(tmp_path: Path) -> None:
+    pem = tmp_path / "app.pem"
+    pem.write_text(rsa_pem())
+    gh = Settings.from_env(github_env(AUTOLOOP_GITHUB_PRIVATE_KEY=str(pem))).require_github()
+    assert gh.private_key == rsa_pem()
+
+
+def test_private_key_text_with_escaped_newlines_is_accepted() -> None:
+    one_line = rsa_pem().strip().replace("\n", "\\n")
+    gh = Settings.from_env(github_env(AUTOLOOP_GITHUB_PRIVATE_KEY=one_line)).require_github()
+    assert gh.private_key == rsa_pem()
+
+
+def test_settings_file_uses_lower_case_keys_and_env_wins(tmp_path: Path) -> None:
+    pem = tmp_path / "app.pem"
+    pem.write_text(rsa_pem())
+    conf = tmp_path / "settings.toml"
+    conf.write_text(
+        f'home = "{tmp_path}"\ngithub_app_id = 777\ngithub_private_key = "{pem}"\n'
+        'github_webhook_secret = "from-file"\ngithub_url = "http://127.0.0.1:1/"\n'
+    )
+    s = Settings.from_env({"AUTOLOOP_GITHUB_WEBHOOK_SECRET": "from-env"}, conf)
+    gh = s.require_github()
+    assert s.home == tmp_path
+    assert (gh.app_id, gh.webhook_secret, gh.api_url) == (777, b"from-env", "http://127.0.0.1:1")
+
+
+def test_missing_app_id_says_which_setting_and_what_to_do() -> None:
+    env = github_env()
+    del env["AUTOLOOP_GITHUB_APP_ID"]
+    text = error_of(Settings.from_env(env))
+    assert text.startswith("AUTOLOOP_GITHUB_APP_ID is not set")
+    assert "App ID" in text
+
+
+def test_app_id_that_is_not_an_integer_is_refused() -> None:
+    text = error_of(Settings.from_env(github_env(AUTOLOOP_GITHUB_APP_ID="my-app")))
+    assert "AUTOLOOP_GITHUB_APP_ID must be the App's numeric App ID" in text
+    assert "'my-app'" in text
+
+
+def test_missing_setting_names_the_file_key_too(tmp_path: Path) -> None:
+    conf = tmp_path / "settings.toml"
+    conf.write_text('github_app_id = "1"\n')
+    text = error_of(Settings.from_env({}, conf))
+    assert text.startswith(f"AUTOLOOP_GITHUB_PRIVATE_KEY (or github_private_key in {conf})")
+
+
+def test_private_key_neither_file_nor_pem_is_refused(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.pem"
+    text = error_of(Settings.from_env(github_env(AUTOLOOP_GITHUB_PRIVATE_KEY=str(missing))))
+    assert "neither PEM text nor a readable file" in text
+    assert str(missing) in text
+    assert "path of the App's private key file" in text
+
+
+def test_private_key_file_without_a_key_is_refused(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.pem"
+    bad.write_text("hello\n")
+    text = error_of(Settings.from_env(github_env(AUTOLOOP_GITHUB_PRIVATE_KEY=str(bad))))
+    assert f"the file {bad} is not an unencrypted PEM private key" in text
+
+
+def test_garbled_pem_text_is_refused() -> None:
+    garbled = "-----BEGIN RSA PRIVATE KEY-----\nAAAA\n-----END RSA PRIVATE KEY-----"
+    text = error_of(Settings.from_env(github_env(AUTOLOOP_GITHUB_PRIVATE_KEY=garbled)))
+    assert "the PEM text is not an unencrypted PEM private key" in text
+
+
+def test_a_non_rsa_key_is_refused() -> None:
+    key = ec.generate_private_key(ec.SECP256R1())
+    pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    ).decode()
+    text = error_of(Settings.from_env(github_env(AUTOLOOP_GITHUB_PRIVATE_KEY=pem)))
+    assert "is not an RSA key" in text
+
+
+def test_missing_webhook_secret_is_refused() -> None:
+    env = github_env()
+    del env["AUTOLOOP_GITHUB_WEBHOOK_SECRET"]
+    assert error_of(Settings.from_env(env)).startswith("AUTOLOOP_GITHUB_WEBHOOK_SECRET is not set")
+
+
+def test_api_url_must_be_http() -> None:
+    text = error_of(Settings.from_env(github_env(AUTOLOOP_GITHUB_URL="api.example")))
+    assert "AUTOLOOP_GITHUB_URL must be an http(s) URL" in text
+
+
+def test_unknown_key_in_the_file_is_refused(tmp_path: Path) -> None:
+    conf = tmp_path / "settings.toml"
+    conf.write_text('github_appid = "1"\n')
+    with pytest.raises(SettingsError, match="unknown setting 'github_appid'"):
+        Settings.from_env({}, conf)
+
+
+def test_bad_toml_and_missing_file_are_clear_errors(tmp_path: Path) -> None:
+    conf = tmp_path / "settings.toml"
+    conf.write_text("github_app_id = \n")
+    with pytest.raises(SettingsError, match="is not valid TOML"):
+        Settings.from_env({}, conf)
+    with pytest.raises(SettingsError, match="cannot read the settings file"):
+        Settings.from_env({}, tmp_path / "absent.toml")
+
+
+def test_a_table_where_a_value_belongs_is_refused(tmp_path: Path) -> None:
+    conf = tmp_path / "settings.toml"
+    conf.write_text("[github_url]\nx = 1\n")
+    with pytest.raises(SettingsError, match="github_url must be a string, not dict"):
+        Settings.from_env({}, conf)

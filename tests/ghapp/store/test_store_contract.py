@@ -1,0 +1,256 @@
+"""One contract for every ledger backend (SQLite, PostgreSQL)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from ghapp.runtime.ledger import Ledger
+from ghapp.store.base import DuplicateFact, Store, StoreError, open_store
+from kernel import step as k
+from kernel.facts import EventRecorded
+from kernel.model import Event
+from kernel.records import EventRow, Matter
+from tests.kernel_helpers import T0, ev, receipt, rule, rules_of
+
+RULES = rules_of(rule(emits=("ping",)))
+
+
+def ledger(s: Store) -> Ledger:
+    return Ledger(s, lambda: RULES, lambda: T0)
+
+
+def test_facts_and_records_commit_together(store: Store) -> None:
+    led = ledger(store)
+    out = led.decide(k.Ingest(event=ev("1")))
+    assert out.reply.code == "recorded"
+    with store.read() as tx:
+        assert tx.fact_count() == 1
+        m = tx.get("matter", "r")
+        assert isinstance(m, Matter) and m.waiting
+        assert [q.seq for q in tx.query("queued", matter="r", states=["pending"])] == [1]  # type: ignore[union-attr]
+        # Recording an event rewrites no counter row: the last event is the highest row.
+        assert tx.get("meta", "counters") is None
+        assert tx.last_event() == 1
+        assert isinstance(tx.get("event", f"{1:012d}"), EventRow)
+    led.decide(k.Ingest(event=ev("2")))
+    with store.read() as tx:
+        assert tx.last_event() == 2
+        assert [e.seq for e in tx.query("event") if isinstance(e, EventRow)] == [1, 2]
+        assert tx.get("event", "nope") is None
+
+
+def test_an_index_column_that_changes_is_found_by_queries(store: Store) -> None:
+    """A record read and written back keeps its index columns right, both when they stay
+    (the data alone is updated) and when they change."""
+    led = ledger(store)
+    led.decide(k.Ingest(event=ev("1")))
+    led.decide(k.Ingest(event=ev("2")))  # read runnable, written back runnable
+    with store.read() as tx:
+        assert [m.id for m in tx.query("matter", states=["runnable"])] == ["r"]
+        m = tx.get("matter", "r")
+        assert isinstance(m, Matter) and m.waiting
+        assert [q.seq for q in tx.query("queued", matter="r", states=["pending"])] == [1, 2]  # type: ignore[union-attr]
+    led.decide(k.Claim(matter="r", worker="w"))  # read runnable, written back running
+    with store.read() as tx:
+        assert tx.query("queued", matter="r") == []  # the turn took both: their rows are gone
+        assert tx.get("queued", "r|000000000001") is None
+        assert tx.query("matter", states=["runnable"]) == []
+        assert [m.id for m in tx.query("matter", states=["running"])] == ["r"]
+    assert led.check() == []
+
+
+def test_a_failed_transaction_leaves_nothing(store: Store) -> None:
+    with pytest.raises(RuntimeError), store.write() as tx:
+        fact = EventRecorded(seq=1, event=Event(source="x", id="1", type="t", subject="s"), at="")
+        tx.append([fact], [])
+        raise RuntimeError("crash before commit")
+    with store.read() as tx:
+        assert tx.fact_count() == 0
+
+
+def test_unique_fact_keys_are_enforced(store: Store) -> None:
+    fact = EventRecorded(seq=1, event=Event(source="x", id="1", type="t", subject="s"), at="")
+    with store.write() as tx:
+        tx.append([fact], [])
+    with pytest.raises(DuplicateFact), store.write() as tx:
+        tx.append([fact], [])
+    with store.read() as tx:
+        assert tx.fact_count() == 1
+
+
+def test_duplicate_ingest_is_reported_not_stored(store: Store) -> None:
+    led = ledger(store)
+    led.decide(k.Ingest(event=ev("1")))
+    assert led.decide(k.Ingest(event=ev("1"))).reply.code == "duplicate"
+    with store.read() as tx:
+        assert tx.fact_count() == 1
+
+
+def test_facts_are_append_only(store: Store) -> None:
+    ledger(store).decide(k.Ingest(event=ev("1")))
+    with pytest.raises(Exception, match="append-only"), store.write() as tx:
+        tx.cur.execute("UPDATE facts SET data = 'x'")  # type: ignore[attr-defined]
+    with pytest.raises(Exception, match="append-only"), store.write() as tx:
+        tx.cur.execute("DELETE FROM facts")  # type: ignore[attr-defined]
+
+
+def test_queries_find_runnable_matters_and_due_timers(store: Store) -> None:
+    led = ledger(store)
+    led.decide(k.Ingest(event=ev("1")))
+    with store.read() as tx:
+        assert [m.id for m in tx.query("matter", states=["runnable"])] == ["r"]
+    t = led.decide(k.Claim(matter="r", worker="w")).reply.data["turn"]
+    out = k.AgentOutcome(started=True, ok=True, final_message=receipt('{"later": [{"in": "30m"}]}'))
+    led.decide(k.Finish(turn=str(t), fence=1, outcome=out))
+    with store.read() as tx:
+        assert tx.query("timer", states=["armed"], due_before=k.iso(T0)) == []
+        later = k.iso(T0 + timedelta(minutes=31))
+        assert len(tx.query("timer", states=["armed"], due_before=later)) == 1
+
+
+def test_rebuild_restores_tampered_rows_and_check_agrees(store: Store) -> None:
+    led = ledger(store)
+    for i in range(3):
+        led.decide(k.Ingest(event=ev(str(i))))
+    t = led.decide(k.Claim(matter="r", worker="w")).reply.data["turn"]
+    ask = receipt('{"ask": [{"key": "q", "title": "Q?", "options": ["a", "b"]}]}')
+    out = k.AgentOutcome(started=True, ok=True, final_message=ask, session="s1")
+    led.decide(k.Finish(turn=str(t), fence=1, outcome=out))
+    assert led.check() == []
+    with store.write() as tx:
+        tx.tamper("card", "c1", '{"id": "c1"}')
+    assert led.check() == ["differs card c1"]
+    led.rebuild()
+    assert led.check() == []
+
+
+def test_concurrent_writers_never_lose_or_double_an_event(store_url: str) -> None:
+    stores = [open_store(store_url) for _ in range(4)]
+    errors: list[BaseException] = []
+
+    def write(s: Store, n: int) -> None:
+        try:
+            led = ledger(s)
+            for i in range(25):
+                led.decide(k.Ingest(event=ev(f"{i}")))  # every writer sends the same ids
+                led.decide(k.Ingest(event=ev(f"{n}-{i}")))
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(s, n)) for n, s in enumerate(stores)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert errors == []
+    with stores[0].read() as tx:
+        assert tx.fact_count() == 25 + 4 * 25
+        waiting = tx.query("queued", matter="r", states=["pending"])
+        assert sorted(q.seq for q in waiting) == list(range(1, 126))  # type: ignore[union-attr]
+    assert ledger(stores[0]).check() == []
+    for s in stores:
+        s.close()
+
+
+@pytest.mark.parametrize("old", [1, 2])
+def test_an_older_ledger_is_migrated_on_open(store_url: str, old: int) -> None:
+    """Ledgers written before waiting events became rows of their own (schema 2), or
+    before event rows got their own table (schema 1), open with everything in place."""
+    s = open_store(store_url)
+    led = ledger(s)
+    for i in range(3):
+        led.decide(k.Ingest(event=ev(str(i))))
+    led.decide(k.Claim(matter="r", worker="w"))  # takes events 1-3
+    for i in range(3, 5):
+        led.decide(k.Ingest(event=ev(str(i))))  # 4 and 5 wait
+    ph = "?" if store_url.startswith("sqlite") else "%s"
+    with s.write() as tx:  # turn it back into what the old schema stored
+        cur = tx.cur  # type: ignore[attr-defined]
+        cur.execute("DELETE FROM queued")
+        cur.execute("SELECT data FROM records WHERE kind = 'matter' AND id = 'r'")
+        matter = json.loads(cur.fetchone()[0])
+        del matter["waiting"]
+        matter["pending"] = [4, 5]
+        cur.execute(
+            "UPDATE records SET data = ? WHERE kind = 'matter' AND id = 'r'".replace("?", ph),
+            (json.dumps(matter),),
+        )
+        if old == 1:
+            cur.execute("SELECT seq, matter, state, data FROM events")
+            for seq, m, state, data in cur.fetchall():
+                cur.execute(
+                    "INSERT INTO records (kind, id, matter, state, due, data) "
+                    "VALUES ('event', ?, ?, ?, '', ?)".replace("?", ph),
+                    (f"{int(seq):012d}", m, state, data),
+                )
+            cur.execute("DELETE FROM events")
+            cur.execute(
+                "UPDATE records SET data = "
+                """'{"cards":0,"events":5,"ticks":{},"turns":1}' WHERE kind = 'meta'"""
+            )
+        cur.execute("UPDATE ledger_info SET v = ? WHERE k = 'schema'".replace("?", ph), (str(old),))
+    s.close()
+    again = open_store(store_url)
+    try:
+        led = ledger(again)
+        assert led.check() == []
+        with again.read() as tx:
+            assert tx.last_event() == 5
+            waiting = [q.seq for q in tx.query("queued", matter="r", states=["pending"])]  # type: ignore[union-attr]
+            assert waiting == [4, 5]
+            cur = tx.cur  # type: ignore[attr-defined]
+            cur.execute("SELECT count(*) FROM records WHERE kind = 'event'")
+            assert cur.fetchone()[0] == 0
+            cur.execute("SELECT v FROM ledger_info WHERE k = 'schema'")
+            assert cur.fetchone()[0] == "3"
+        assert led.decide(k.Ingest(event=ev("5"))).reply.message.startswith("event 6 recorded")
+    finally:
+        again.close()
+
+
+def test_a_ledger_from_a_newer_autoloop_is_refused(store_url: str) -> None:
+    s = open_store(store_url)
+    with s.write() as tx:
+        tx.cur.execute("UPDATE ledger_info SET v = '99' WHERE k = 'schema'")  # type: ignore[attr-defined]
+    s.close()
+    with pytest.raises(StoreError, match="newer than this autoloop knows"):
+        open_store(store_url)
+
+
+def test_a_group_of_ingests_decides_as_one_by_one_does(store_url: str, tmp_path: Path) -> None:
+    """decide_many of events (the webhook path: one read, one write for the group) leaves
+    the same facts and records as deciding them one at a time, duplicates included, and
+    a group too big for one statement takes the long way with the same result."""
+    rules = rules_of(rule(parallel=True))
+    events = [ev(str(i % 7 if i % 5 == 0 else i), subject=f"s{i % 4}") for i in range(40)]
+    grouped = open_store(store_url)
+    single = open_store(f"sqlite:///{tmp_path / 'single.db'}")
+    try:
+        g = Ledger(grouped, lambda: rules, lambda: T0)
+        s = Ledger(single, lambda: rules, lambda: T0)
+        replies_g = []
+        for start in (0, 3, 11, 25):  # uneven groups
+            end = {0: 3, 3: 11, 11: 25, 25: 40}[start]
+            replies_g += [
+                o.reply for o in g.decide_many([k.Ingest(event=e) for e in events[start:end]])
+            ]
+        replies_s = [s.decide(k.Ingest(event=e)).reply for e in events]
+        assert [r.code for r in replies_g] == [r.code for r in replies_s]
+        assert [r.message for r in replies_g] == [r.message for r in replies_s]
+        assert "duplicate" in [r.code for r in replies_g]
+        big = [ev(f"big-{i}", subject=f"s{i % 600}") for i in range(1000)]
+        g.decide_many([k.Ingest(event=e) for e in big])
+        for e in big:
+            s.decide(k.Ingest(event=e))
+        with grouped.read() as a, single.read() as b:
+            assert [f for _, _, f in a.facts()] == [f for _, _, f in b.facts()]
+            assert a.raw_records() == b.raw_records()
+        assert g.check() == []
+    finally:
+        grouped.close()
+        single.close()

@@ -1,0 +1,146 @@
+"""Signed card links: the page a link opens, its answer over real HTTP, and the key behind it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from ghapp.commands.home import Home, init_home, read_master_key
+from ghapp.commands.serve import build
+from ghapp.runtime.links import CardLinks, WeakKeyError, check_master_key
+from ghapp.runtime.settings import Settings, SettingsError
+from ghapp.web.cards import form_choice
+from kernel.model import Event
+from kernel.records import Card
+from tests import paths
+from tests.servers import live_server
+
+RULES = {
+    "agents": {"demo": {"use": "demo"}},
+    "rules": [{"name": "paint", "on": {"source": "local", "type": "hello.*"}, "agent": "demo"}],
+}
+ROOT = paths.ROOT
+
+
+def open_question(live: object) -> Card:
+    hub = live.hub  # type: ignore[attr-defined]
+    hub.emit(Event(source="local", id="e1", type="hello.world", subject="wall"))
+    hub.drain()
+    with hub.store.read() as tx:
+        (card,) = [c for c in tx.query("card") if isinstance(c, Card) and c.kind_ == "ask"]
+    return card
+
+
+def test_answering_from_the_card_page_is_taken_once(tmp_path: Path) -> None:
+    with live_server(tmp_path / "h", RULES, start_worker=False) as live:
+        card = open_question(live)
+        links = live.running.server.links
+        assert links is not None
+        url = links.url(card.id)
+        page = httpx.get(url, timeout=10)
+        assert page.status_code == 200
+        assert 'name="choice" value="2"' in page.text
+        first = httpx.post(url, data={"choice": "2"}, timeout=10)
+        assert first.status_code == 200, first.text
+        with live.hub.store.read() as tx:
+            answered = tx.get("card", card.id)
+        assert isinstance(answered, Card)
+        assert (answered.state, answered.choice) == ("decided", 2)
+        again = httpx.post(url, data={"choice": "1"}, timeout=10)
+        assert again.status_code == 409
+        assert "already" in again.text
+
+
+def test_card_page_refuses_bad_forms_and_tokens_with_one_line(tmp_path: Path) -> None:
+    with live_server(tmp_path / "h", RULES, start_worker=False) as live:
+        card = open_question(live)
+        links = live.running.server.links
+        assert links is not None
+        url = links.url(card.id)
+        for body in (b"", b"choice=", b"choice=x", b"choice=%C2%B2", b"choice=1&choice=2"):
+            resp = httpx.post(
+                url,
+                content=body,
+                headers={"content-type": "application/x-www-form-urlencoded"},
+                timeout=10,
+            )
+            assert resp.status_code == 400, body
+        for token in ("é.1.x", "c1.99999999999.%E2%82%AC", "not-a-token"):
+            resp = httpx.get(f"{live.url}/cards/{token}", timeout=10)
+            assert resp.status_code == 404, token
+        forged = CardLinks(os.urandom(32)).token(card.id)
+        assert httpx.post(f"{live.url}/cards/{forged}", data={"choice": "1"}).status_code == 404
+        with live.hub.store.read() as tx:
+            still = tx.get("card", card.id)
+        assert isinstance(still, Card) and still.state == "open"
+
+
+def test_form_choice_reads_one_small_number() -> None:
+    assert form_choice(b"choice=3") == 3
+    assert form_choice(b"x=1&choice=12") == 12
+    assert form_choice(b"choice=" + b"9" * 5000) is None
+    assert form_choice(b"\xff\xfe") is None
+    assert form_choice(b"choice=-1") is None
+
+
+@pytest.mark.parametrize(
+    "key",
+    [b"", b"short", b"k" * 32, b"ab" * 40, b"0123456" * 10],
+    ids=["empty", "short", "one-char", "two-chars", "seven-chars"],
+)
+def test_a_weak_master_key_is_refused(key: bytes) -> None:
+    with pytest.raises(WeakKeyError):
+        check_master_key(key)
+    with pytest.raises(WeakKeyError):
+        CardLinks(key)
+
+
+def test_the_key_init_writes_is_accepted(tmp_path: Path) -> None:
+    init_home(tmp_path)
+    key = read_master_key(tmp_path)
+    assert len(key) == 64
+    assert CardLinks(key).verify(CardLinks(key).token("c1")) == "c1"
+
+
+@pytest.mark.parametrize("content", [b"", b"\n", b"letmein\n", b"a" * 64])
+def test_serve_refuses_a_weak_master_key_before_it_starts(tmp_path: Path, content: bytes) -> None:
+    home = tmp_path / "h"
+    init_home(home)
+    (home / "master.key").write_bytes(content)
+    env = {"AUTOLOOP_HOME": str(home), "AUTOLOOP_GITHUB_WEBHOOK_SECRET": "s" * 32}
+    ctx = Home.open(env=env, home=home)
+    try:
+        with pytest.raises(SettingsError, match=r"master\.key is refused.*autoloop init"):
+            build(ctx, Settings.from_env(env), connect_github=False)
+    finally:
+        ctx.store.close()
+
+
+def test_autoloop_serve_with_an_empty_key_exits_2_with_one_line(tmp_path: Path) -> None:
+    home = tmp_path / "h"
+    init_home(home)
+    (home / "master.key").write_bytes(b"")
+    env = {
+        **os.environ,
+        "AUTOLOOP_HOME": str(home),
+        "AUTOLOOP_GITHUB_WEBHOOK_SECRET": "s" * 32,
+        "PYTHONPATH": str(ROOT),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "ghapp.commands.cli", "serve", "--port", "0"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "master.key is refused" in lines[0]
+    assert "Traceback" not in proc.stderr

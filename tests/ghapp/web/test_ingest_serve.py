@@ -1,0 +1,70 @@
+"""Which GitHub settings ``autoloop serve`` needs: a webhook secret alone runs ingest only;
+a partial GitHub App configuration is refused with one line naming what is missing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ghapp.commands import serve
+from ghapp.commands.home import Home, init_home
+from ghapp.commands.serve import build
+from ghapp.runtime.settings import Settings
+
+
+def test_a_webhook_secret_alone_runs_ingest_only_and_says_write_backs_are_off(
+    tmp_path: Path,
+) -> None:
+    init_home(tmp_path, rules_text=json.dumps({"rules": []}))
+    env = {"AUTOLOOP_HOME": str(tmp_path), "AUTOLOOP_GITHUB_WEBHOOK_SECRET": "s3cret"}
+    ctx = Home.open(env=env, home=tmp_path)
+    try:
+        running = build(ctx, Settings.from_env(env))
+        assert running.server.webhook_secret == b"s3cret"
+        assert running.extras == []  # nothing that writes to GitHub
+        (note,) = running.notes
+        assert "GitHub write-backs are off" in note
+        assert "AUTOLOOP_GITHUB_APP_ID" in note
+    finally:
+        ctx.store.close()
+
+
+def test_no_github_settings_means_no_webhook_endpoint_and_no_note(tmp_path: Path) -> None:
+    init_home(tmp_path, rules_text=json.dumps({"rules": []}))
+    env = {"AUTOLOOP_HOME": str(tmp_path)}
+    ctx = Home.open(env=env, home=tmp_path)
+    try:
+        running = build(ctx, Settings.from_env(env))
+        assert running.server.webhook_secret is None
+        assert running.notes == []
+    finally:
+        ctx.store.close()
+
+
+@pytest.mark.parametrize(
+    ("given", "named"),
+    [
+        ({"AUTOLOOP_GITHUB_APP_ID": "12"}, "AUTOLOOP_GITHUB_PRIVATE_KEY"),
+        ({"AUTOLOOP_GITHUB_PRIVATE_KEY": "/nowhere/key.pem"}, "AUTOLOOP_GITHUB_APP_ID"),
+    ],
+)
+def test_a_partial_github_app_configuration_is_refused_with_one_line(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    given: dict[str, str],
+    named: str,
+) -> None:
+    init_home(tmp_path, rules_text=json.dumps({"rules": []}))
+    for var in ("AUTOLOOP_GITHUB_APP_ID", "AUTOLOOP_GITHUB_PRIVATE_KEY", "AUTOLOOP_DB"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AUTOLOOP_HOME", str(tmp_path))
+    monkeypatch.setenv("AUTOLOOP_GITHUB_WEBHOOK_SECRET", "s3cret")
+    for var, value in given.items():
+        monkeypatch.setenv(var, value)
+    assert serve.main(["--port", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("autoloop serve: ") and named in err

@@ -1,0 +1,1 @@
+"""The plugins: agent adapters, and the GitHub source with every example payload."""
