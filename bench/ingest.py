@@ -146,7 +146,7 @@ def serve_child(side: str, port: int, home: Path) -> None:
     env = {"AUTOLOOP_HOME": str(home), "AUTOLOOP_GITHUB_WEBHOOK_SECRET": SECRET.decode()}
     ctx = Home.open(env=env, home=home)
     running = build(ctx, Settings.from_env(env), connect_github=False)
-    running.queue.start()
+    running.start(worker=False)  # the bench measures ingest alone
     app = create_app(running.server)
     settle_heap()  # as autoloop serve does
     try:

@@ -5,19 +5,14 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import uvicorn
-
 from ghapp.commands.home import Home, init_home
-from ghapp.commands.serve import Running, build
+from ghapp.commands.serve import Running, build, serving_in_thread
 from ghapp.runtime.settings import Settings
-from ghapp.web.app import create_app
 
 
 def free_port() -> int:
@@ -60,28 +55,10 @@ def live_server(
         poll_s=0.2,
         connect_github=connect_github,
     )
-    running.queue.start()
-    if start_worker:
-        running.worker.start()
-    for extra in running.extras:
-        start = getattr(extra, "start", None)
-        if start is not None:
-            start()
-    config = uvicorn.Config(
-        create_app(running.server), host="127.0.0.1", port=port, log_level="error"
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if time.monotonic() > deadline:
-            raise RuntimeError("server did not start")
-        time.sleep(0.01)
+    running.start(worker=start_worker)
     try:
-        yield Live(url=f"http://127.0.0.1:{port}", running=running, ctx=ctx)
+        with serving_in_thread(running, port) as url:
+            yield Live(url=url, running=running, ctx=ctx)
     finally:
-        server.should_exit = True
-        thread.join(timeout=10)
         running.stop()
         ctx.store.close()

@@ -14,20 +14,16 @@ import json
 import re
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import uvicorn
-
 from fakegithub.server import SandboxHandle, free_port, running_sandbox
 from ghapp.commands.home import Home, init_home
-from ghapp.commands.serve import Running, build
+from ghapp.commands.serve import Running, build, serving_in_thread
 from ghapp.runtime.settings import Settings
-from ghapp.web.app import create_app
 from kernel.records import Action, Card, Turn
 
 DEMO_RULES: dict[str, Any] = {
@@ -67,24 +63,11 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 20.0) -> Any:
 @contextmanager
 def running_app(ctx: Home, settings: Settings, port: int) -> Iterator[Running]:
     running = build(ctx, settings, base_url=f"http://127.0.0.1:{port}", poll_s=0.2)
-    running.queue.start()
-    running.worker.start()
-    for extra in running.extras:
-        start = getattr(extra, "start", None)
-        if start is not None:
-            start()
-    config = uvicorn.Config(
-        create_app(running.server), host="127.0.0.1", port=port, log_level="error"
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    wait_for("the app to listen", lambda: server.started, 10)
+    running.start()
     try:
-        yield running
+        with serving_in_thread(running, port):
+            yield running
     finally:
-        server.should_exit = True
-        thread.join(timeout=10)
         running.stop()
 
 

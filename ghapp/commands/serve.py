@@ -13,12 +13,14 @@ Settings come from the environment or ``--config FILE`` (see :mod:`ghapp.runtime
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import os
 import signal
 import sys
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +43,17 @@ class Running:
     queue: IngestQueue
     extras: list[Any]
     notes: list[str] = field(default_factory=list)  # printed once on start
+
+    def start(self, *, worker: bool = True) -> None:
+        """Start the background parts: the ingest writer, the worker loop (unless
+        ``worker=False``) and whatever the GitHub App wired in (sweeper, answer desk)."""
+        self.queue.start()
+        if worker:
+            self.worker.start()
+        for extra in self.extras:
+            start = getattr(extra, "start", None)
+            if start is not None:
+                start()
 
     def stop(self) -> None:
         for extra in self.extras:
@@ -111,6 +124,26 @@ def build(
     return Running(server=server, worker=worker, queue=queue, extras=extras, notes=notes)
 
 
+@contextlib.contextmanager
+def serving_in_thread(running: Running, port: int, *, host: str = "127.0.0.1") -> Iterator[str]:
+    """Serve ``running`` (already started) with uvicorn in a thread of this process, for
+    the demo and the tests; yields the base URL once the server listens."""
+    config = uvicorn.Config(create_app(running.server), host=host, port=port, log_level="error")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError(f"the server did not start on {host}:{port}")
+        time.sleep(0.01)
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
 def settle_heap() -> None:
     """Call once everything is loaded, just before serving. What start-up made (modules,
     rules, compiled patterns, API models) lives as long as the process: it moves out of
@@ -146,12 +179,7 @@ def main(argv: list[str]) -> int:
         reset_logs()
         print(f"autoloop serve: {exc}", file=sys.stderr)
         return 2
-    running.queue.start()
-    running.worker.start()
-    for extra in running.extras:
-        start = getattr(extra, "start", None)
-        if start is not None:
-            start()
+    running.start()
     config = uvicorn.Config(
         create_app(running.server),
         host=args.host,
