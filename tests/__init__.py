@@ -1,0 +1,1 @@
+"""Autoloop's tests."""
