@@ -11,7 +11,26 @@ from pipeline.policy import (
     ReviewRule,
     parse_policy,
 )
+from pipeline.snapshot import (
+    CardAnswer,
+    CheckRun,
+    CommitStatus,
+    Deployment,
+    PrReview,
+    PullSnapshot,
+    Required,
+    ReviewFindings,
+    VersionObservation,
+    WriteResult,
+)
 from pipeline.stages import CARDS, TABLE, TERMINAL, Mode, Outcome, Stage, next_stage
+from pipeline.verdicts import (
+    checks_verdict,
+    deployment_verdict,
+    merge_readiness,
+    review_verdict,
+    version_verdict,
+)
 
 __all__ = [
     "CARDS",
@@ -19,7 +38,11 @@ __all__ = [
     "POLICY_PATH",
     "TABLE",
     "TERMINAL",
+    "CardAnswer",
+    "CheckRun",
+    "CommitStatus",
     "Deploy",
+    "Deployment",
     "Labels",
     "MissingTransition",
     "Mode",
@@ -27,9 +50,20 @@ __all__ = [
     "PipelineError",
     "Policy",
     "PolicyProblem",
+    "PrReview",
+    "PullSnapshot",
+    "Required",
+    "ReviewFindings",
     "ReviewRule",
     "Stage",
+    "VersionObservation",
+    "WriteResult",
     "WrongInput",
+    "checks_verdict",
+    "deployment_verdict",
+    "merge_readiness",
     "next_stage",
     "parse_policy",
+    "review_verdict",
+    "version_verdict",
 ]
