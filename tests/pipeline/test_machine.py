@@ -6,14 +6,18 @@ from dataclasses import replace
 from datetime import datetime
 
 import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
 from pipeline.effects import Merge, PostReview, Progress, RaiseCard, RequestReview, ResolveCard
 from pipeline.errors import MissingTransition, PipelineError, WrongInput
 from pipeline.machine import HANDLERS, HISTORY_LIMIT, decide
 from pipeline.policy import PolicyProblem, parse_policy
 from pipeline.snapshot import CardAnswer, ReviewFindings, WriteResult
+from pipeline.stages import Mode
 from tests.pipeline.builders import DEPLOYED, H1, H2, H3, MERGED, at, green, policy, run, snap
 from tests.pipeline.driver import Driver, begin, of
+from tests.pipeline.world import Fate, World
 
 AGENT = policy('[deliver]\nreview = "agent:reviewer"\n')
 
@@ -230,3 +234,117 @@ def test_a_decision_that_never_rests_is_a_bug(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setitem(HANDLERS, "checks", lambda ctx: "draft")
     with pytest.raises(PipelineError, match="moved more than 16 times"):
         Driver()(snap())
+
+
+# -------------------------------------------------------------------------- properties
+
+POLICIES = (
+    policy(),
+    AGENT,
+    policy('[deliver]\nreview = "approvals:1"\nupdate_branch = false\n'),
+    DEPLOYED,
+    policy('[deliver]\nreview = "agent:reviewer"\nmerge_method = "merge"\n[deliver.deploy]\n'),
+)
+_MOVES = (
+    st.tuples(st.just("tick"), st.sampled_from([0.1, 0.5, 1, 4, 11, 30, 61, 121])),
+    st.tuples(st.just("push")),
+    st.tuples(st.just("base_moved")),
+    st.tuples(st.just("checks"), st.sampled_from(["success", "failure", None])),
+    st.tuples(
+        st.just("mergeable"), st.sampled_from(["clean", "unknown", "dirty", "blocked", "unstable"])
+    ),
+    st.tuples(st.just("approve")),
+    st.tuples(st.just("answers")),
+    st.tuples(st.just("visible")),
+    st.tuples(st.just("update_lands"), st.sampled_from(["lands", "conflict", "refused"])),
+    st.tuples(st.just("findings"), st.sampled_from(["COMMENT", "REQUEST_CHANGES", None])),
+    st.tuples(st.just("answer"), st.sampled_from([1, 2])),
+    st.tuples(st.just("deploy"), st.sampled_from(["success", "failure", "in_progress"])),
+    st.tuples(st.just("probe"), st.booleans()),
+    st.tuples(st.just("draft"), st.booleans()),
+    st.tuples(st.just("line"), st.booleans()),
+)
+ENDINGS = (
+    st.tuples(st.just("unlabel")),
+    st.tuples(st.just("close")),
+    st.tuples(st.just("person_merges")),
+)
+MOVES = st.one_of(*_MOVES, *ENDINGS)
+STEADY_MOVES = st.one_of(*_MOVES)  # no person ends the delivery early
+FATES = st.lists(
+    st.builds(
+        Fate,
+        lands=st.booleans(),
+        report=st.sampled_from(["done", "head_moved", "refused", "ambiguous", "lost"]),
+    ),
+    min_size=1,
+    max_size=4,
+)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    policy_at=st.integers(min_value=0, max_value=len(POLICIES) - 1),
+    mode=st.sampled_from(["deliver", "deliver", "review"]),
+    fates=FATES,
+    moves=st.lists(MOVES, max_size=40),
+)
+def test_decide_keeps_its_promises_whatever_happens(
+    policy_at: int, mode: Mode, fates: list[Fate], moves: list[tuple[object, ...]]
+) -> None:
+    """Deterministic; never a Merge after the PR merged, nor while an earlier merge may
+    still be answered; every effect key used once; a head reviewed once; a delivery at
+    rest waits on something a webhook brings or has a wake-up time; blocked iff a card is
+    open; nothing after the end."""
+    world = World(policy=POLICIES[policy_at], mode=mode, fates=fates)
+    world.decide()
+    for move in moves:
+        world.apply(move)
+        world.decide()
+    event(f"ended at {world.delivery.stage}")
+    event(f"merges asked: {min(len(world.merges), 3)}")
+
+
+MERGE_MOVES = st.one_of(
+    st.tuples(st.just("tick"), st.sampled_from([0.5, 1, 4, 6, 11])),
+    st.tuples(st.just("answers")),
+    st.tuples(st.just("visible")),
+    st.tuples(st.just("push")),
+    st.tuples(st.just("checks"), st.sampled_from(["success", "success", "failure"])),
+    st.tuples(st.just("mergeable"), st.sampled_from(["clean", "unknown", "dirty"])),
+    st.tuples(st.just("base_moved")),
+    st.tuples(st.just("update_lands"), st.sampled_from(["lands", "refused"])),
+    st.tuples(st.just("answer"), st.sampled_from([1, 2])),
+)
+LOSSY = st.lists(
+    st.builds(
+        Fate,
+        lands=st.booleans(),
+        report=st.sampled_from(["ambiguous", "lost", "head_moved", "refused", "done"]),
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    method=st.sampled_from(["squash", "merge"]),
+    fates=LOSSY,
+    moves=st.lists(MERGE_MOVES, min_size=10, max_size=80),
+)
+def test_no_history_makes_it_merge_twice(
+    method: str, fates: list[Fate], moves: list[tuple[object, ...]]
+) -> None:
+    """Lost, late and ambiguous answers, pushes and branch updates around the merge: a
+    merge that landed is never followed by another Merge (the World asserts it)."""
+    world = World(
+        policy=policy(f'[deliver]\nmerge_method = "{method}"\n'), mode="deliver", fates=fates
+    )
+    world.decide()
+    for move in moves:
+        world.apply(move)
+        world.decide()
+    event(f"ended at {world.delivery.stage}")
+    event(f"merges asked: {min(len(world.merges), 3)}")
+    event(f"landed: {world.landed_at is not None}")
