@@ -1,0 +1,94 @@
+"""After the merge: a deployment of the merge commit (or a descendant) succeeds, then
+the version URL reports it ``matches`` times in a row. Nothing is merged again here.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from kernel.step import iso
+from pipeline.context import PROBE_FIRST_S, PROBE_MAX_S, Ctx, instant, short, span
+from pipeline.effects import ProbeVersion
+from pipeline.stages import Outcome
+from pipeline.verdicts import deployment_verdict, version_verdict
+
+__all__ = ["deployment", "live_version"]
+
+
+def deployment(ctx: Ctx) -> Outcome:
+    d, pr, deploy = ctx.d, ctx.pr, ctx.policy.deploy
+    if deploy is None:
+        ctx.note = "merged; no [deliver.deploy] table to watch"
+        return "nothing_to_watch"
+    verdict = deployment_verdict(pr, deploy)
+    found = verdict.deployment
+    if verdict.kind == "deployed" and found is not None:
+        ctx.note = f"deployment {found.id} of {short(found.sha)} to {found.environment} succeeded"
+        return "deployed"
+    if verdict.kind == "failed" and found is not None:
+        ctx.raise_card(
+            "deploy_failed",
+            f"Deployment of {pr.repo}#{pr.number} failed",
+            f"Deployment {found.id} of {found.sha} to {found.environment} ended {found.state}. "
+            "The merge stays; nothing is merged again.",
+        )
+        return "failed"
+    deadline = ctx.deadline()
+    if ctx.past(deadline):
+        ctx.raise_card(
+            "deploy_timeout",
+            f"No deployment of {pr.repo}#{pr.number}",
+            f"No successful deployment of {d.merge_sha} (or a later commit) to "
+            f"{deploy.environment} within {span(deploy.timeout_s)}. The merge stays.",
+        )
+        return "timeout"
+    what = f"a successful deployment of {short(d.merge_sha)} to {deploy.environment}"
+    ctx.wait("webhook", what, deadline)
+    return "waiting"
+
+
+def live_version(ctx: Ctx) -> Outcome:
+    d, pr, deploy = ctx.d, ctx.pr, ctx.policy.deploy
+    if deploy is None or not deploy.version_url:
+        ctx.note = "no version_url to probe"
+        return "nothing_to_watch"
+    verdict = version_verdict(pr.versions, since=d.probe_since, needed=deploy.matches)
+    if verdict.kind == "live":
+        ctx.note = (
+            f"{deploy.version_url} reported {short(verdict.last)} {verdict.streak} times in a row"
+        )
+        return "live"
+    deadline = ctx.deadline()
+    if ctx.past(deadline):
+        how = (
+            f"it flapped {verdict.flaps} time(s), last reporting {verdict.last}"
+            if verdict.kind == "flapping"
+            else f"it last reported {verdict.last or 'nothing'}"
+        )
+        ctx.raise_card(
+            "version_timeout",
+            f"{pr.repo}#{pr.number} is not live",
+            f"{deploy.version_url} did not report {d.merge_sha} (or a later commit) "
+            f"{deploy.matches} times in a row within {span(deploy.timeout_s)}: {how}.",
+        )
+        return "timeout"
+    due = None if d.next_probe_at is None else instant(d.next_probe_at)
+    if due is None or ctx.past(due):
+        attempt = d.probe_attempt + 1
+        delay = min(PROBE_FIRST_S * 2 ** min(attempt - d.probe_since, 10), PROBE_MAX_S)
+        due = ctx.now + timedelta(seconds=delay)
+        ctx.emit(
+            ProbeVersion(
+                key=d.key("probe", attempt),
+                url=deploy.version_url,
+                field=deploy.version_field,
+                merge_sha=d.merge_sha or d.head_sha,
+                attempt=attempt,
+            )
+        )
+        ctx.set(probe_attempt=attempt, next_probe_at=iso(due))
+    what = (
+        f"{deploy.version_url} to report {short(d.merge_sha)} ({verdict.streak}/{deploy.matches})"
+    )
+    ctx.wait("timer", what, min(due, deadline) if deadline is not None else due)
+    return "waiting"

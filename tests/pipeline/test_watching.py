@@ -1,0 +1,163 @@
+"""After the merge: the deployment, then the live version; nothing is merged again."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from pipeline.effects import Merge, ProbeVersion, Progress, RaiseCard
+from pipeline.policy import Policy
+from pipeline.snapshot import (
+    CardAnswer,
+    Deployment,
+    PullSnapshot,
+    VersionObservation,
+    WriteResult,
+)
+from tests.pipeline.builders import DEPLOYED, H2, MERGED, at, policy, snap
+from tests.pipeline.driver import Driver, of
+
+URL = "https://web.acme.example/version"
+
+
+def merged_pr(policy: Policy = DEPLOYED) -> Driver:
+    """A driver whose delivery merged MERGED at minute 0 (by us)."""
+    drive = Driver(policy=policy)
+    (merge,) = of(drive(snap()), Merge)
+    done = WriteResult(key=merge.key, outcome="done", merge_commit_sha=MERGED)
+    drive(snap(results=(done,), merged=True, state="closed", merge_commit_sha=MERGED))
+    return drive
+
+
+def after(**changes: Any) -> PullSnapshot:
+    return snap(merged=True, state="closed", merge_commit_sha=MERGED, **changes)
+
+
+def deployed(state: str = "success", id: int = 4242, ours: bool = True) -> tuple[Deployment, ...]:
+    sha = MERGED if ours else H2
+    return (
+        Deployment(
+            id=id, sha=sha, environment="production", state=state, sha_is_merge_or_descendant=ours
+        ),
+    )
+
+
+def seen(attempt: int, sha: str | None, at_minute: float = 0) -> VersionObservation:
+    return VersionObservation(
+        attempt=attempt,
+        at=at(at_minute).isoformat(),
+        sha=sha,
+        matches=sha == MERGED,
+        error="" if sha else "503 Service Unavailable",
+    )
+
+
+def test_without_a_deploy_table_the_delivery_ends_when_merged() -> None:
+    drive = Driver()
+    (merge,) = of(drive(snap()), Merge)
+    step = drive(snap(results=(WriteResult(key=merge.key, outcome="done"),)), 1)
+    assert step.delivery.stage == "delivered"
+    (progress,) = of(step, Progress)
+    assert (progress.check_status, progress.check_conclusion) == ("completed", "success")
+    assert "no [deliver.deploy] table" in progress.check_title
+
+
+def test_the_deployment_waits_for_a_webhook_until_its_deadline() -> None:
+    drive = merged_pr()
+    step = drive(after(deployments=deployed("in_progress")), 5)
+    assert step.delivery.stage == "deployment" and step.wake_at == at(60)
+    assert step.waiting is not None and step.waiting.on == "webhook"
+    assert "to production" in step.waiting.what
+
+
+def test_a_successful_deployment_then_matching_versions_deliver() -> None:
+    drive = merged_pr()
+    step = drive(after(deployments=deployed()), 7)
+    (probe,) = of(step, ProbeVersion)
+    assert (probe.url, probe.field, probe.merge_sha, probe.attempt) == (URL, "sha", MERGED, 1)
+    assert step.delivery.stage == "live_version" and step.wake_at == at(7) + timedelta(seconds=15)
+    one = drive(after(deployments=deployed(), versions=(seen(1, MERGED, 7.1),)), 7.1)
+    assert of(one, ProbeVersion) == []
+    assert (
+        of(one, Progress)[0].check_title
+        == f"Live version: waiting for {URL} to report e4da3b7 (1/2)"
+    )
+    second = drive(after(deployments=deployed(), versions=(seen(1, MERGED),)), 7.25)
+    assert [p.attempt for p in of(second, ProbeVersion)] == [2]
+    live = drive(after(deployments=deployed(), versions=(seen(1, MERGED), seen(2, MERGED))), 7.3)
+    assert live.delivery.stage == "delivered" and live.waiting is None
+    assert len(drive.merges()) == 1
+
+
+def test_version_probes_back_off_up_to_five_minutes() -> None:
+    drive = merged_pr()
+    minutes, delays = 5.0, []
+    for _ in range(7):
+        step = drive(after(deployments=deployed()), minutes)
+        assert step.wake_at is not None
+        delay = (step.wake_at - at(minutes)).total_seconds()
+        delays.append(delay)
+        minutes += delay / 60
+    assert delays == [15, 30, 60, 120, 240, 300, 300]
+    probes = [e.attempt for e in drive.effects if isinstance(e, ProbeVersion)]
+    assert probes == [1, 2, 3, 4, 5, 6, 7]
+
+
+def test_a_failed_deployment_raises_a_card_and_nothing_is_merged_again() -> None:
+    drive = merged_pr()
+    step = drive(after(deployments=deployed("failure")), 9)
+    (card,) = of(step, RaiseCard)
+    assert card.title == "Deployment of acme/web#12 failed"
+    assert card.options == ("wait for a deployment again", "stop watching (the merge stays)")
+    assert step.delivery.card is not None and step.delivery.card.blocked_at == "deployment"
+    again = drive(
+        after(deployments=deployed("failure"), answer=CardAnswer(card=card.card, choice=1)), 20
+    )
+    assert again.delivery.stage == "blocked"  # the same failure blocks again at once
+    assert len(drive.merges()) == 1
+
+
+def test_no_deployment_by_the_deadline_raises_a_card() -> None:
+    drive = merged_pr()
+    assert drive(after(deployments=deployed(ours=False)), 59).delivery.stage == "deployment"
+    step = drive(after(), 60)
+    assert step.delivery.card is not None and step.delivery.card.kind == "deploy_timeout"
+
+
+def test_a_version_that_never_matches_raises_a_card_at_the_deadline() -> None:
+    drive = merged_pr()
+    drive(after(deployments=deployed()), 1)
+    step = drive(after(deployments=deployed(), versions=(seen(1, H2),)), 61)
+    (card,) = of(step, RaiseCard)
+    assert "it last reported " + H2 in card.text
+
+
+def test_flapping_past_the_deadline_raises_a_card() -> None:
+    drive = merged_pr()
+    drive(after(deployments=deployed()), 1)
+    flapping = (seen(1, MERGED), seen(2, H2), seen(3, MERGED), seen(4, H2))
+    assert (
+        drive(after(deployments=deployed(), versions=flapping), 30).delivery.stage == "live_version"
+    )
+    step = drive(after(deployments=deployed(), versions=flapping), 61)
+    (card,) = of(step, RaiseCard)
+    assert "it flapped 2 time(s)" in card.text
+    again = drive(
+        after(
+            deployments=deployed(), versions=flapping, answer=CardAnswer(card=card.card, choice=1)
+        ),
+        62,
+    )
+    assert again.delivery.stage == "live_version"
+    assert [p.attempt for p in of(again, ProbeVersion)] == [again.delivery.probe_since]
+
+
+def test_without_a_version_url_a_deployment_delivers() -> None:
+    drive = merged_pr(policy("[deliver.deploy]\n"))
+    step = drive(after(deployments=deployed()), 3)
+    assert step.delivery.stage == "delivered"
+    assert [h.stage for h in step.delivery.history][-3:] == [
+        "deployment",
+        "live_version",
+        "delivered",
+    ]
