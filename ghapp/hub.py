@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, assert_never
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ghapp.budget import UsageMeter, cap_notice, day_bounds
@@ -411,11 +411,14 @@ class Hub:
     def _after(self, out: Outcome) -> None:
         sent: set[str] = set()
         for eff in out.decision.effects:
-            if isinstance(eff, k.SendCard):
-                self.deliver_card(eff.card)
-                sent.add(eff.card)
-            elif isinstance(eff, k.PerformAction):
-                self.perform(eff.action)
+            match eff:
+                case k.SendCard(card=card):
+                    self.deliver_card(card)
+                    sent.add(card)
+                case k.PerformAction(action=action):
+                    self.perform(action)
+                case _:
+                    assert_never(eff)
         # A card the decision changed without a SendCard (a receipt's "resolve" bumps its
         # version) is shown again too, now rather than at the next sweep.
         for kind, rid in sorted(out.decision.touched):

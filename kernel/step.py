@@ -142,11 +142,6 @@ Input = (
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RunTurn:
-    turn: str
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class SendCard:
     card: str
 
@@ -156,7 +151,7 @@ class PerformAction:
     action: str
 
 
-Effect = RunTurn | SendCard | PerformAction
+Effect = SendCard | PerformAction
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -423,7 +418,6 @@ def _claim(ctx: _Ctx, inp: Any) -> Reply:
             repair_of=m.repair if kind == "repair" else None,
         )
     )
-    ctx.effects.append(RunTurn(turn=turn))
     return Reply(ok=True, code="started", message=f"turn {turn} started", data={"turn": turn})
 
 
