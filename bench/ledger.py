@@ -56,11 +56,12 @@ from urllib.parse import quote
 
 from ghapp.ledger import Ledger
 from ghapp.store.base import Store, open_store
-from kernel import step as k
+from kernel import inputs as k
 from kernel.codec import dump_fact
 from kernel.facts import fact_key
 from kernel.model import AgentSpec, Event, Rule, Rules, Trigger
 from kernel.state import State
+from kernel.step import step
 from plugins.sources.github import translate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -149,7 +150,7 @@ def expected_rows(events: Sequence[Event], rules: Rules, group: int = 1) -> list
     rows: list[list[Row]] = []
     for i, event in enumerate(events):
         now = instant(i - i % group)
-        decision = k.step(state, k.Ingest(event=event), now=now, rules=rules)
+        decision = step(state, k.Ingest(event=event), now=now, rules=rules)
         rows.append(
             [
                 (str(getattr(f, "at", "") or ""), type(f).__name__, 1, fact_key(f), dump_fact(f))

@@ -30,7 +30,7 @@ from ghapp.hub import Hub
 from ghapp.ingest import IngestQueue
 from ghapp.links import CardLinks
 from ghapp.sansio import verify_signature
-from kernel import step as k
+from kernel import inputs as k
 from kernel.model import Event
 from kernel.records import Card
 from plugins.sources.github import translate

@@ -25,10 +25,11 @@ from ghapp.ledger import Ledger, Outcome
 from ghapp.store.base import Store
 from ghapp.turns import prepare, run_agent, stop_leftovers
 from kernel import facts as f
-from kernel import step as k
+from kernel import inputs as k
 from kernel.cron import parse_cron
+from kernel.durations import iso
 from kernel.errors import ConfigError
-from kernel.model import Event, Rules
+from kernel.model import OWNER_MATTER, Event, Rules
 from kernel.records import Action, Card, EventRow, Matter, Turn
 from kernel.rules import parse_rules
 
@@ -279,7 +280,7 @@ class Hub:
             latest = cron.last_at_or_before(local)
             if latest is None:
                 continue
-            at = k.iso(latest)
+            at = iso(latest)
             last = ticks.get(rule.name)
             if last is None:
                 # First sight of a schedule: start counting from now, don't replay history.
@@ -323,7 +324,7 @@ class Hub:
         with self._usage_lock, self.store.read() as tx:
             self._usage.refresh(tx)
             used = self._usage.usage(start, end)
-            told = {c.key for c in tx.query("card", matter=k.OWNER_MATTER) if isinstance(c, Card)}
+            told = {c.key for c in tx.query("card", matter=OWNER_MATTER) if isinstance(c, Card)}
         notice = cap_notice(rules, now, used)
         if notice is None:
             return False
@@ -427,7 +428,7 @@ class Hub:
 
     def channels_for(self, card: Card) -> list[str]:
         rules = self.rules()
-        if card.matter == k.OWNER_MATTER:
+        if card.matter == OWNER_MATTER:
             names = list(rules.owner_notify) or sorted({n for r in rules.rules for n in r.notify})
         else:
             with self.store.read() as tx:

@@ -13,9 +13,11 @@ from datetime import datetime
 from typing import Any
 
 from ghapp.store.base import Store, Tx, rebuild_records
-from kernel import step as k
+from kernel import inputs as k
+from kernel import step as core
+from kernel.durations import iso
 from kernel.facts import event_key
-from kernel.model import Event, Rules
+from kernel.model import OWNER_MATTER, Event, Rules
 from kernel.records import Card, Matter, Queued, Record, Timer, Turn
 from kernel.state import Key, State, replay
 
@@ -52,7 +54,7 @@ def load_state(
         add(tx.get("turn", tid))
     for cid in needs.cards:
         add(tx.get("card", cid))
-    at = k.iso(now) if needs.due_timers or needs.lapsed_leases else ""
+    at = iso(now) if needs.due_timers or needs.lapsed_leases else ""
     if needs.due_timers:
         for rec in tx.query("timer", states=["armed"], due_before=at):
             add(rec)
@@ -60,7 +62,7 @@ def load_state(
         for rec in tx.query("turn", states=["running"], due_before=at):
             add(rec)
     if needs.owner:
-        for rec in tx.query("card", matter=k.OWNER_MATTER):
+        for rec in tx.query("card", matter=OWNER_MATTER):
             st.put(rec)
     for mid in sorted(matters):
         m = tx.get("matter", mid)
@@ -139,7 +141,7 @@ class Ledger:
         sees the records the ones before it changed.
         """
         keys = [event_key(i.event) for i in inputs]
-        wanted = [m for i in inputs for m in k.needs(i, rules).matters]
+        wanted = [m for i in inputs for m in core.needs(i, rules).matters]
         stored, last, recs = tx.ingest_view(keys, wanted)
         state = State(last_event=last)
         for rec in recs:
@@ -152,7 +154,7 @@ class Ledger:
                 decisions.append(None)
                 continue
             stored.add(key)  # the same event twice in one group: the second is a duplicate
-            decided = k.step(state, inp, now=when, rules=rules)
+            decided = core.step(state, inp, now=when, rules=rules)
             decisions.append(decided)
             facts.extend(decided.facts)
             touched |= decided.touched
@@ -168,7 +170,7 @@ class Ledger:
     def _decide(self, tx: Tx, inp: k.Input, rules: Rules, when: datetime) -> Outcome:
         if isinstance(inp, k.Ingest) and tx.has_key(event_key(inp.event)):
             return Outcome(_duplicate(inp.event), ())
-        needs = k.needs(inp, rules)
+        needs = core.needs(inp, rules)
         # An ingest only routes the event to matters: it reads no cards.
         state = load_state(
             tx,
@@ -182,7 +184,7 @@ class Ledger:
             if t is not None:
                 m = state.matters.get(t.matter)
                 subject = m.subject if m is not None else ""
-                extra = k.emitted_matters(inp, rules, rules.rule(t.rule), subject)
+                extra = core.emitted_matters(inp, rules, rules.rule(t.rule), subject)
                 if extra - set(state.matters):
                     more = load_state(tx, k.Needs(matters=extra), when)
                     for rec in more.records():
@@ -195,7 +197,7 @@ class Ledger:
             aid = card.action  # answering an approval card decides its action
         if aid is not None and (act := tx.get("action", aid)) is not None:
             state.put(act)
-        decision = k.step(state, inp, now=when, rules=rules)
+        decision = core.step(state, inp, now=when, rules=rules)
         seqs = tx.append(decision.facts, *_changes(state, decision.touched))
         return Outcome(decision, tuple(seqs))
 

@@ -1,11 +1,8 @@
-"""The frozen vocabulary of the core: configuration, inputs, facts and effects.
+"""The frozen vocabulary of the core: configuration, receipts and events.
 
-Everything here is a value. Facts are past tense and are what the ledger stores;
-inputs are what the shell hands to :func:`kernel.step.step`; effects are what the
-shell must carry out (through the outbox) after the facts commit.
-
-Facts are stored as ``{"type": <class name>, "v": <version>, "data": {...}}`` by
-:mod:`kernel.codec`.
+Everything here is a value. The facts the ledger stores are in :mod:`kernel.facts`;
+the inputs the shell hands to :func:`kernel.step.step`, and the effects and replies it
+gets back, are in :mod:`kernel.inputs`.
 """
 
 from __future__ import annotations
@@ -31,6 +28,8 @@ TurnOutcome = Literal[
 ActionStatus = Literal["allowed", "awaiting_approval", "refused", "done", "failed", "declined"]
 
 DEFAULT_MAX_HOPS = 8
+OWNER_MATTER = "_owner"  # the matter of the owner's own cards (budget caps, lost deliveries)
+HOP_LIMIT_KEY = "hop-limit"  # the key of the card that says a chain of turns was cut
 
 
 # --------------------------------------------------------------------------- config

@@ -10,196 +10,39 @@ Domain outcomes (duplicate, refused, unknown card) are replies, never exceptions
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from kernel import facts as f
 from kernel.codec import to_data
-from kernel.model import Event, Receipt, ReceiptError, Rule, Rules
+from kernel.durations import iso, parse_instant
+from kernel.inputs import (
+    ActionDone,
+    ActionTried,
+    AgentOutcome,
+    Answer,
+    Claim,
+    Decision,
+    Delivered,
+    Effect,
+    Finish,
+    Heartbeat,
+    Ingest,
+    Input,
+    Needs,
+    OwnerNotice,
+    PerformAction,
+    Reply,
+    ScheduleDue,
+    SendCard,
+    Tick,
+)
+from kernel.model import HOP_LIMIT_KEY, OWNER_MATTER, Event, Receipt, ReceiptError, Rule, Rules
 from kernel.receipt import parse_receipt
 from kernel.records import Card, Matter, Turn
 from kernel.routing import matter_of, route, session_of
 from kernel.state import State, apply
-
-HOP_LIMIT_KEY = "hop-limit"
-
-# ----------------------------------------------------------------------------- inputs
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Ingest:
-    event: Event
-    ignore: str = ""  # non-empty: record it, but dispatch it nowhere, for this reason
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Claim:
-    matter: str
-    worker: str
-    lease_s: int = 300
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AgentOutcome:
-    started: bool
-    ok: bool
-    final_message: str = ""
-    session: str | None = None
-    cost_usd: float | None = None
-    tokens: int | None = None
-    error: str = ""
-    timed_out: bool = False
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Finish:
-    turn: str
-    fence: int
-    outcome: AgentOutcome
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Heartbeat:
-    turn: str
-    fence: int
-    lease_s: int = 300
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Answer:
-    card: str
-    choice: int  # 1-based
-    by: str
-    via: str = "cli"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Tick:
-    """Time passed: fire due timers and expire lapsed leases among the loaded records."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ScheduleDue:
-    rule: str
-    at: str  # the cron instant, ISO
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Delivered:
-    card: str
-    channel: str
-    version: int
-    ref: str = ""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ActionTried:
-    """Before a write-back is attempted (``error`` empty): claim it for ``by`` for
-    ``lease_s`` seconds, refused while another performer's claim is live. After a failed
-    attempt (``error`` set): record the error and release the claim."""
-
-    action: str
-    error: str = ""
-    by: str = ""  # who performs it (a hub process); empty: no claim is taken
-    lease_s: int = 0
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ActionDone:
-    action: str
-    ok: bool
-    result: Mapping[str, Any] = field(default_factory=dict)
-    error: str = ""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class OwnerNotice:
-    """The shell has something to tell the owner once (budget cap, lost delivery...)."""
-
-    key: str
-    title: str
-    text: str
-
-
-Input = (
-    Ingest
-    | Claim
-    | Finish
-    | Heartbeat
-    | Answer
-    | Tick
-    | ScheduleDue
-    | Delivered
-    | ActionTried
-    | ActionDone
-    | OwnerNotice
-)
-
-# ---------------------------------------------------------------------------- outputs
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SendCard:
-    card: str
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PerformAction:
-    action: str
-
-
-Effect = SendCard | PerformAction
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Reply:
-    ok: bool
-    code: str  # "recorded", "duplicate", "started", "finished", "refused", "unknown", ...
-    message: str = ""
-    data: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Decision:
-    facts: tuple[f.Fact, ...]
-    effects: tuple[Effect, ...]
-    reply: Reply
-    touched: frozenset[tuple[str, str]]
-
-
-OWNER_MATTER = "_owner"
-
-# ------------------------------------------------------------------------------ time
-
-
-@functools.lru_cache(maxsize=256)
-def iso(dt: datetime) -> str:
-    """Fixed-width UTC form, so that stored instants compare as strings.
-
-    Cached: one decision, or a group of them, formats the same instant many times."""
-    return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f+00:00")
-
-
-def parse_instant(text: str) -> datetime:
-    return datetime.fromisoformat(text)
-
-
-# ------------------------------------------------------------------------------- needs
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Needs:
-    """Seed records a decision reads; the shell also loads everything around their matters."""
-
-    matters: frozenset[str] = frozenset()
-    turns: frozenset[str] = frozenset()
-    cards: frozenset[str] = frozenset()
-    due_timers: bool = False
-    lapsed_leases: bool = False
-    owner: bool = False
 
 
 def needs(inp: Input, rules: Rules) -> Needs:

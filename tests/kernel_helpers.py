@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from kernel import step as k
+from kernel import inputs as k
 from kernel.model import AgentSpec, Event, Rule, Rules, Trigger
 from kernel.state import State, replay
+from kernel.step import step
 
 T0 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
 
@@ -50,7 +51,7 @@ class Kernel:
                 reply = k.Reply(ok=True, code="duplicate")
                 return k.Decision(facts=(), effects=(), reply=reply, touched=frozenset())
             self.seen.add(key)
-        d = k.step(self.state, inp, now=self.now, rules=self.rules)
+        d = step(self.state, inp, now=self.now, rules=self.rules)
         self.facts.extend(d.facts)
         return d
 

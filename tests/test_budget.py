@@ -17,7 +17,7 @@ import pytest
 from ghapp.budget import Usage, UsageMeter, cap_notice, day_bounds, usage_between
 from ghapp.ledger import Ledger
 from ghapp.store.base import open_store
-from kernel import step as k
+from kernel import inputs as k
 from kernel.records import Turn
 from kernel.rules import parse_rules
 from tests.hub_cli import Home, fake_agent

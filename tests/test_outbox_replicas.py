@@ -16,7 +16,7 @@ from typing import Any
 
 from ghapp.hub import Hub
 from ghapp.store.base import Store, open_store
-from kernel import step as k
+from kernel import inputs as k
 from kernel.records import Action
 from tests.kernel_helpers import T0, ev, receipt, rule, rules_of
 

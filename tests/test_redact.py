@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from ghapp.hub import RedactingLedger
 from ghapp.redact import MIN_VALUE_LENGTH, Redactor, is_secret_key, mask
-from kernel import step as k
+from kernel import inputs as k
 from kernel.model import Event
 
 CORPUS = Path(__file__).resolve().parent / "fixtures" / "secrets"

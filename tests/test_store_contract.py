@@ -11,7 +11,8 @@ import pytest
 
 from ghapp.ledger import Ledger
 from ghapp.store.base import DuplicateFact, Store, StoreError, open_store
-from kernel import step as k
+from kernel import inputs as k
+from kernel.durations import iso
 from kernel.facts import EventRecorded
 from kernel.model import Event
 from kernel.records import EventRow, Matter
@@ -108,8 +109,8 @@ def test_queries_find_runnable_matters_and_due_timers(store: Store) -> None:
     out = k.AgentOutcome(started=True, ok=True, final_message=receipt('{"later": [{"in": "30m"}]}'))
     led.decide(k.Finish(turn=str(t), fence=1, outcome=out))
     with store.read() as tx:
-        assert tx.query("timer", states=["armed"], due_before=k.iso(T0)) == []
-        later = k.iso(T0 + timedelta(minutes=31))
+        assert tx.query("timer", states=["armed"], due_before=iso(T0)) == []
+        later = iso(T0 + timedelta(minutes=31))
         assert len(tx.query("timer", states=["armed"], due_before=later)) == 1
 
 

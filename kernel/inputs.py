@@ -1,0 +1,199 @@
+"""The words between the shell and the core: inputs, effects, replies, decisions, needs.
+
+Inputs are what the shell observed (an event arrived, a worker wants a turn, an agent
+finished, a person answered, time passed) and hands to :func:`kernel.step.step`. A
+:class:`Decision` is what the core answers: the facts to commit, the effects to carry
+out after the commit, a :class:`Reply` for the caller. :class:`Needs` names what the
+shell must load before a decision. All of them are frozen values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kernel import facts as f
+from kernel.model import Event
+
+__all__ = [
+    "ActionDone",
+    "ActionTried",
+    "AgentOutcome",
+    "Answer",
+    "Claim",
+    "Decision",
+    "Delivered",
+    "Effect",
+    "Finish",
+    "Heartbeat",
+    "Ingest",
+    "Input",
+    "Needs",
+    "OwnerNotice",
+    "PerformAction",
+    "Reply",
+    "ScheduleDue",
+    "SendCard",
+    "Tick",
+]
+
+# ----------------------------------------------------------------------------- inputs
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ingest:
+    event: Event
+    ignore: str = ""  # non-empty: record it, but dispatch it nowhere, for this reason
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Claim:
+    matter: str
+    worker: str
+    lease_s: int = 300
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentOutcome:
+    started: bool
+    ok: bool
+    final_message: str = ""
+    session: str | None = None
+    cost_usd: float | None = None
+    tokens: int | None = None
+    error: str = ""
+    timed_out: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Finish:
+    turn: str
+    fence: int
+    outcome: AgentOutcome
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Heartbeat:
+    turn: str
+    fence: int
+    lease_s: int = 300
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Answer:
+    card: str
+    choice: int  # 1-based
+    by: str
+    via: str = "cli"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Tick:
+    """Time passed: fire due timers and expire lapsed leases among the loaded records."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduleDue:
+    rule: str
+    at: str  # the cron instant, ISO
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Delivered:
+    card: str
+    channel: str
+    version: int
+    ref: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ActionTried:
+    """Before a write-back is attempted (``error`` empty): claim it for ``by`` for
+    ``lease_s`` seconds, refused while another performer's claim is live. After a failed
+    attempt (``error`` set): record the error and release the claim."""
+
+    action: str
+    error: str = ""
+    by: str = ""  # who performs it (a hub process); empty: no claim is taken
+    lease_s: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ActionDone:
+    action: str
+    ok: bool
+    result: Mapping[str, Any] = field(default_factory=dict)
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OwnerNotice:
+    """The shell has something to tell the owner once (budget cap, lost delivery...)."""
+
+    key: str
+    title: str
+    text: str
+
+
+Input = (
+    Ingest
+    | Claim
+    | Finish
+    | Heartbeat
+    | Answer
+    | Tick
+    | ScheduleDue
+    | Delivered
+    | ActionTried
+    | ActionDone
+    | OwnerNotice
+)
+
+# ---------------------------------------------------------------------------- effects
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SendCard:
+    card: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PerformAction:
+    action: str
+
+
+Effect = SendCard | PerformAction
+
+# ---------------------------------------------------------------------------- replies
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reply:
+    ok: bool
+    code: str  # one of the codes in the table at the top of kernel/step.py
+    message: str = ""
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Decision:
+    facts: tuple[f.Fact, ...]
+    effects: tuple[Effect, ...]
+    reply: Reply
+    touched: frozenset[tuple[str, str]]
+
+
+# ------------------------------------------------------------------------------ needs
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Needs:
+    """Seed records a decision reads; the shell also loads everything around their matters."""
+
+    matters: frozenset[str] = frozenset()
+    turns: frozenset[str] = frozenset()
+    cards: frozenset[str] = frozenset()
+    due_timers: bool = False
+    lapsed_leases: bool = False
+    owner: bool = False
