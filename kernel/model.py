@@ -12,20 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Access = Literal["read", "edit", "full"]
-CardKind = Literal["ask", "notice"]
-CardState = Literal["open", "decided", "done", "closed"]
-TurnState = Literal["running", "done", "failed"]
-TurnKind = Literal["normal", "repair", "retry"]
-TurnOutcome = Literal[
-    "ok",  # a valid receipt (possibly empty) was applied
-    "no_receipt",  # the agent ended without a receipt block: no effects, no retry
-    "malformed",  # the receipt block was invalid: nothing applied, one repair turn
-    "failed",  # the agent process failed
-    "timeout",  # killed at timeout_s
-    "lease_expired",  # the worker holding the claim went away
-    "refused",  # the turn could not start (budget, unknown agent...)
-]
-ActionStatus = Literal["allowed", "awaiting_approval", "refused", "done", "failed", "declined"]
+# The states of turns, cards, actions, timers and matters: the tables of kernel/lifecycle.py.
 
 DEFAULT_MAX_HOPS = 8
 OWNER_MATTER = "_owner"  # the matter of the owner's own cards (budget caps, lost deliveries)

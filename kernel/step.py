@@ -38,6 +38,7 @@ from kernel.inputs import (
     SendCard,
     Tick,
 )
+from kernel.lifecycle import allows
 from kernel.model import HOP_LIMIT_KEY, OWNER_MATTER, Event, Receipt, ReceiptError, Rule, Rules
 from kernel.receipt import parse_receipt
 from kernel.records import Card, Matter, Turn
@@ -627,6 +628,8 @@ def _action_tried(ctx: _Ctx, inp: Any) -> Reply:
     a = ctx.state.actions.get(inp.action)
     if a is None:
         return Reply(ok=False, code="unknown", message=f"no action {inp.action!r}")
+    if not allows("action", a.status, "ActionAttempted"):
+        return Reply(ok=False, code="not_allowed", message=f"action {a.id} is {a.status}")
     if inp.error:
         ctx.emit(f.ActionAttempted(action=a.id, at=ctx.at, error=inp.error))
         return Reply(ok=True, code="recorded")
@@ -652,6 +655,8 @@ def _action_done(ctx: _Ctx, inp: Any) -> Reply:
         return Reply(ok=False, code="unknown", message=f"no action {inp.action!r}")
     if a.status in ("done", "failed"):
         return Reply(ok=True, code="duplicate", message="already recorded")
+    if not allows("action", a.status, "ActionCompleted:ok"):
+        return Reply(ok=False, code="not_allowed", message=f"action {a.id} is {a.status}")
     ctx.emit(
         f.ActionCompleted(
             action=a.id, ok=inp.ok, result=dict(inp.result), error=inp.error, at=ctx.at
