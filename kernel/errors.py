@@ -9,7 +9,8 @@ a bad configuration handed to us, or a bug::
     └── KernelBug               a rule of the core was broken: never a domain outcome
         ├── IllegalMove         a fact moves a record along a row its lifecycle lacks
         ├── MissingRecord       a fact names a record the shell did not load
-        └── NoFold              a fact type the fold has no function for
+        ├── NoFold              a fact type the fold has no function for
+        └── OffTable            a decision went beyond its input's row of the step table
 
 The shell turns a :class:`ConfigError` into exit code 2 with ``str(error)`` on stderr.
 A :class:`KernelBug` is reported like any crash: a test can show each one.
@@ -17,7 +18,15 @@ A :class:`KernelBug` is reported like any crash: a test can show each one.
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "IllegalMove", "KernelBug", "KernelError", "MissingRecord", "NoFold"]
+__all__ = [
+    "ConfigError",
+    "IllegalMove",
+    "KernelBug",
+    "KernelError",
+    "MissingRecord",
+    "NoFold",
+    "OffTable",
+]
 
 
 class KernelError(Exception):
@@ -51,6 +60,16 @@ class MissingRecord(KernelBug):
         self.kind = kind
         self.rid = rid
         super().__init__(f"{kind} {rid!r} is not loaded")
+
+
+class OffTable(KernelBug):
+    """A decision recorded a fact, asked for an effect or answered with a reply code that
+    the row of its input in :data:`kernel.step.STEP` does not list."""
+
+    def __init__(self, input_type: str, what: str) -> None:
+        self.input_type = input_type
+        self.what = what
+        super().__init__(f"{input_type}: {what} is not in its row of the step table")
 
 
 class NoFold(KernelBug):

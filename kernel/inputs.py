@@ -30,6 +30,7 @@ __all__ = [
     "Ingest",
     "Input",
     "Needs",
+    "Outcomes",
     "OwnerNotice",
     "PerformAction",
     "Reply",
@@ -174,6 +175,15 @@ class Reply:
     code: str  # one of the codes in the table at the top of kernel/step.py
     message: str = ""
     data: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcomes:
+    """A row of the table at the top of :mod:`kernel.step`: what one input may lead to."""
+
+    facts: frozenset[type[Any]]  # the fact types a decision on it may record
+    effects: frozenset[type[Any]]  # the effects it may ask for
+    replies: frozenset[str]  # the reply codes it may answer with
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
