@@ -199,11 +199,82 @@ class Decision:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Needs:
-    """Seed records a decision reads; the shell also loads everything around their matters."""
+    """What the shell loads before a decision, besides the counters and the last event seq.
 
+    Named records are loaded with the matters around them (a turn's, a card's, a due
+    timer's), and each matter with its running turn; ``matter_cards`` adds each loaded
+    matter's open and decided cards, ``waiting`` the events waiting in it or left to run
+    again. ``event_keys`` are checked, not loaded: those stored go into
+    :attr:`kernel.records.State.seen_keys`. Actions are loaded alone.
+
+    :func:`kernel.step.needs` may ask again once these are loaded (a finished turn's rule
+    says where its receipt's events go); the shell loads what is new until it asks for
+    nothing more. Needs that are :attr:`narrow` never grow, and a group of decisions with
+    narrow needs can share one read and one state.
+    """
+
+    event_keys: frozenset[str] = frozenset()
     matters: frozenset[str] = frozenset()
     turns: frozenset[str] = frozenset()
     cards: frozenset[str] = frozenset()
+    actions: frozenset[str] = frozenset()
     due_timers: bool = False
     lapsed_leases: bool = False
-    owner: bool = False
+    owner: bool = False  # the owner's cards (OWNER_MATTER)
+    matter_cards: bool = False
+    waiting: bool = False
+
+    @property
+    def narrow(self) -> bool:
+        """Only event keys and bare matters: one read can serve a whole group."""
+        return not (
+            self.turns
+            or self.cards
+            or self.actions
+            or self.due_timers
+            or self.lapsed_leases
+            or self.owner
+            or self.matter_cards
+            or self.waiting
+        )
+
+    def beyond(self, asked: Needs) -> Needs | None:
+        """What this asks for that ``asked`` did not (None: nothing); the two modes,
+        ``matter_cards`` and ``waiting``, carry over to the matters still to load."""
+        fresh = Needs(
+            event_keys=self.event_keys - asked.event_keys,
+            matters=self.matters - asked.matters,
+            turns=self.turns - asked.turns,
+            cards=self.cards - asked.cards,
+            actions=self.actions - asked.actions,
+            due_timers=self.due_timers and not asked.due_timers,
+            lapsed_leases=self.lapsed_leases and not asked.lapsed_leases,
+            owner=self.owner and not asked.owner,
+            matter_cards=self.matter_cards,
+            waiting=self.waiting,
+        )
+        asks = (
+            fresh.event_keys
+            or fresh.matters
+            or fresh.turns
+            or fresh.cards
+            or fresh.actions
+            or fresh.due_timers
+            or fresh.lapsed_leases
+            or fresh.owner
+        )
+        return fresh if asks else None
+
+    def __or__(self, other: Needs) -> Needs:
+        return Needs(
+            event_keys=self.event_keys | other.event_keys,
+            matters=self.matters | other.matters,
+            turns=self.turns | other.turns,
+            cards=self.cards | other.cards,
+            actions=self.actions | other.actions,
+            due_timers=self.due_timers or other.due_timers,
+            lapsed_leases=self.lapsed_leases or other.lapsed_leases,
+            owner=self.owner or other.owner,
+            matter_cards=self.matter_cards or other.matter_cards,
+            waiting=self.waiting or other.waiting,
+        )

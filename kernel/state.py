@@ -76,6 +76,7 @@ def _attach(st: State, turn: str | None, fact: str, **lists: str) -> set[Key]:
 
 
 def _event_recorded(st: State, fact: f.EventRecorded) -> set[Key]:
+    st.seen_keys.add(f.event_key(fact.event))  # the same (source, id) again: a duplicate
     touched = {
         st.put(
             EventRow(

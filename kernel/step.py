@@ -15,12 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, TypeVar, assert_never
 
 from kernel import actions, cards, events, timers, turns
 from kernel import facts as f
 from kernel.context import Context
 from kernel.errors import OffTable
+from kernel.facts import event_key
 from kernel.inputs import (
     ActionDone,
     ActionTried,
@@ -53,7 +54,7 @@ def _row(facts: tuple[type[Any], ...], effects: tuple[type[Any], ...], replies: 
 
 STEP: Mapping[type[Any], Outcomes] = {
     # input: (facts it may record), (effects it may ask for), "reply codes"
-    Ingest: _row((f.EventRecorded,), (), "recorded"),
+    Ingest: _row((f.EventRecorded,), (), "recorded duplicate"),
     Claim: _row((f.TurnStarted,), (), "started unknown busy idle no_rule"),
     Heartbeat: _row((f.LeaseRenewed,), (), "renewed refused"),
     Finish: _row(
@@ -90,27 +91,54 @@ STEP: Mapping[type[Any], Outcomes] = {
 # ------------------------------------------------------------------------------- needs
 
 
-def needs(inp: Input, rules: Rules) -> Needs:
-    if isinstance(inp, Ingest):
-        if inp.ignore:
-            return Needs()
-        if inp.event.matter:
-            return Needs(matters=frozenset({inp.event.matter}))
-        return Needs(matters=frozenset(m for _, m in route(rules, inp.event)))
-    if isinstance(inp, Claim):
-        return Needs(matters=frozenset({inp.matter}))
-    if isinstance(inp, Finish | Heartbeat):
-        return Needs(turns=frozenset({inp.turn}), owner=True)
-    if isinstance(inp, Answer | Delivered):
-        return Needs(cards=frozenset({inp.card}))
-    if isinstance(inp, Tick):
-        return Needs(due_timers=True, lapsed_leases=True, owner=True)
-    if isinstance(inp, ScheduleDue):
-        rule = rules.rule(inp.rule)
-        return Needs(matters=frozenset({matter_of(rule, rule.name)} if rule else set()))
-    if isinstance(inp, OwnerNotice):
-        return Needs(owner=True)
-    return Needs()  # ActionTried / ActionDone name only their action; the shell loads it
+def needs(inp: Input, rules: Rules, state: State | None = None) -> Needs:
+    """What the shell must load before :func:`step` decides ``inp``.
+
+    ``state`` is what is loaded so far (None: nothing yet). The shell calls again with
+    the state it loaded until the answer asks for nothing new (:meth:`Needs.beyond`): a
+    finished turn's receipt routes its events by the turn's rule, an answered card may
+    decide an action, and neither is known before the turn or the card is loaded.
+    """
+    loaded = state if state is not None else State()
+    match inp:
+        case Ingest(event=event, ignore=ignore):
+            keys = frozenset({event_key(event)})
+            if ignore:
+                return Needs(event_keys=keys)
+            if event.matter:
+                return Needs(event_keys=keys, matters=frozenset({event.matter}))
+            return Needs(event_keys=keys, matters=frozenset(m for _, m in route(rules, event)))
+        case Claim(matter=matter):
+            return Needs(matters=frozenset({matter}), waiting=True, matter_cards=True)
+        case Heartbeat(turn=turn):
+            return Needs(turns=frozenset({turn}), owner=True, matter_cards=True)
+        case Finish(turn=turn):
+            t = loaded.turns.get(turn)
+            m = loaded.matters.get(t.matter) if t is not None else None
+            extra = (
+                emitted_matters(inp, rules, rules.rule(t.rule), m.subject if m else "")
+                if t is not None
+                else frozenset()
+            )
+            return Needs(turns=frozenset({turn}), matters=extra, owner=True, matter_cards=True)
+        case Answer(card=card):
+            c = loaded.cards.get(card)
+            acts = frozenset({c.action}) if c is not None and c.action else frozenset()
+            return Needs(cards=frozenset({card}), actions=acts, matter_cards=True)
+        case Delivered(card=card):
+            return Needs(cards=frozenset({card}), matter_cards=True)
+        case Tick():
+            return Needs(due_timers=True, lapsed_leases=True, owner=True, matter_cards=True)
+        case ScheduleDue(rule=name):
+            rule = rules.rule(name)
+            mids = frozenset({matter_of(rule, rule.name)} if rule else set())
+            return Needs(matters=mids, matter_cards=True)
+        case OwnerNotice():
+            return Needs(owner=True, matter_cards=True)
+        case ActionTried(action=action) | ActionDone(action=action):
+            return Needs(actions=frozenset({action}), matter_cards=True)
+        case _:
+            assert_never(inp)
 
 
 def emitted_matters(

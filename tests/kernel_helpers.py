@@ -42,15 +42,8 @@ class Kernel:
         self.state = State()
         self.facts: list[object] = []
         self.now = now
-        self.seen: set[tuple[str, str]] = set()
 
     def step(self, inp: k.Input) -> k.Decision:
-        if isinstance(inp, k.Ingest):
-            key = (inp.event.source, inp.event.id)
-            if key in self.seen:
-                reply = k.Reply(ok=True, code="duplicate")
-                return k.Decision(facts=(), effects=(), reply=reply, touched=frozenset())
-            self.seen.add(key)
         d = step(self.state, inp, now=self.now, rules=self.rules)
         self.facts.extend(d.facts)
         return d
