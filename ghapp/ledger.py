@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from ghapp.store.base import Store, Tx, rebuild_records
 from kernel import inputs as k
@@ -58,7 +58,8 @@ def load(tx: Tx, state: State, needs: k.Needs, now: datetime) -> None:
     for aid in needs.actions:
         if (act := tx.get("action", aid)) is not None:
             state.put(act)
-    at = iso(now) if needs.due_timers or needs.lapsed_leases else ""
+    due = now + timedelta(seconds=needs.look_ahead_s)
+    at = iso(due) if needs.due_timers or needs.lapsed_leases else ""
     if needs.due_timers:
         for rec in tx.query("timer", states=["armed"], due_before=at):
             add(rec)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from kernel import facts as f
-from kernel.durations import iso
+from kernel.durations import iso, parse_instant
 from kernel.inputs import Decision, Effect, Reply, SendCard
 from kernel.model import Event, Rules
 from kernel.records import Card, State
@@ -30,17 +30,34 @@ class Context:
         self.facts: list[f.Fact] = []
         self.effects: list[Effect] = []
         self.touched: set[tuple[str, str]] = set()
+        self.wakes: list[str] = []  # instants (iso) the decision wants to be woken at
 
     def emit(self, fact: f.Fact) -> None:
         self.facts.append(fact)
         self.touched |= apply(self.state, fact)
 
+    def wake(self, instant: str) -> None:
+        self.wakes.append(instant)
+
     def done(self, reply: Reply) -> Decision:
+        """The decision; its ``wake_at`` is the earliest of the instants asked for with
+        :meth:`wake` and of the timers armed and the leases taken or renewed by it."""
+        wakes = self.wakes
+        for kind, rid in self.touched:
+            if kind == "timer":
+                tm = self.state.timers.get(rid)
+                if tm is not None and not tm.fired:
+                    wakes.append(tm.due)
+            elif kind == "turn":
+                t = self.state.turns.get(rid)
+                if t is not None and t.state == "running" and t.lease_until:
+                    wakes.append(t.lease_until)
         return Decision(
             facts=tuple(self.facts),
             effects=tuple(self.effects),
             reply=reply,
             touched=frozenset(self.touched),
+            wake_at=parse_instant(min(wakes)) if wakes else None,
         )
 
     # -- helpers --------------------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from kernel import facts as f
@@ -91,7 +92,16 @@ class Answer:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Tick:
-    """Time passed: fire due timers and expire lapsed leases among the loaded records."""
+    """Time passed: fire due timers, expire lapsed leases, tick the schedules that came due.
+
+    ``local_now`` is the decision's ``now`` in the rules' time zone (the shell has the
+    time zone database, the kernel does not); without it no schedule is looked at.
+    ``look_ahead_s``: the timers and leases due that much later are loaded too, so that
+    the decision's ``wake_at`` names the next of them (the shell ticks again by then).
+    """
+
+    local_now: datetime | None = None
+    look_ahead_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -192,6 +202,9 @@ class Decision:
     effects: tuple[Effect, ...]
     reply: Reply
     touched: frozenset[tuple[str, str]]
+    # The earliest instant the kernel next wants to be woken (a Tick, for the next timer,
+    # lease or schedule it knows of); None: no wish. Always later than a Tick's now.
+    wake_at: datetime | None = None
 
 
 # ------------------------------------------------------------------------------ needs
@@ -223,6 +236,7 @@ class Needs:
     owner: bool = False  # the owner's cards (OWNER_MATTER)
     matter_cards: bool = False
     waiting: bool = False
+    look_ahead_s: float = 0.0  # due timers and lapsed leases: also those due this much later
 
     @property
     def narrow(self) -> bool:
@@ -239,8 +253,8 @@ class Needs:
         )
 
     def beyond(self, asked: Needs) -> Needs | None:
-        """What this asks for that ``asked`` did not (None: nothing); the two modes,
-        ``matter_cards`` and ``waiting``, carry over to the matters still to load."""
+        """What this asks for that ``asked`` did not (None: nothing); the modes
+        (``matter_cards``, ``waiting``, ``look_ahead_s``) carry over to what is still to load."""
         fresh = Needs(
             event_keys=self.event_keys - asked.event_keys,
             matters=self.matters - asked.matters,
@@ -252,6 +266,7 @@ class Needs:
             owner=self.owner and not asked.owner,
             matter_cards=self.matter_cards,
             waiting=self.waiting,
+            look_ahead_s=self.look_ahead_s,
         )
         asks = (
             fresh.event_keys
@@ -277,4 +292,5 @@ class Needs:
             owner=self.owner or other.owner,
             matter_cards=self.matter_cards or other.matter_cards,
             waiting=self.waiting or other.waiting,
+            look_ahead_s=max(self.look_ahead_s, other.look_ahead_s),
         )

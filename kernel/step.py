@@ -77,7 +77,9 @@ STEP: Mapping[type[Any], Outcomes] = {
         "answered unknown refused invalid",
     ),
     Tick: _row(
-        (f.TimerFired, f.EventRecorded, f.TurnFinished, f.CardOpened), (SendCard,), "ticked"
+        (f.TimerFired, f.EventRecorded, f.TurnFinished, f.CardOpened, f.ScheduleTicked),
+        (SendCard,),
+        "ticked",
     ),
     ScheduleDue: _row((f.ScheduleTicked, f.EventRecorded), (), "recorded duplicate unknown"),
     Delivered: _row((f.CardDelivered,), (), "recorded unknown"),
@@ -127,8 +129,20 @@ def needs(inp: Input, rules: Rules, state: State | None = None) -> Needs:
             return Needs(cards=frozenset({card}), actions=acts, matter_cards=True)
         case Delivered(card=card):
             return Needs(cards=frozenset({card}), matter_cards=True)
-        case Tick():
-            return Needs(due_timers=True, lapsed_leases=True, owner=True, matter_cards=True)
+        case Tick(local_now=local_now, look_ahead_s=look_ahead_s):
+            due = (
+                timers.due_schedules(rules, loaded.meta.ticks, local_now)
+                if local_now is not None
+                else []
+            )
+            return Needs(
+                matters=frozenset(matter_of(rule, rule.name) for rule, _ in due),
+                due_timers=True,
+                lapsed_leases=True,
+                owner=True,
+                matter_cards=True,
+                look_ahead_s=look_ahead_s,
+            )
         case ScheduleDue(rule=name):
             rule = rules.rule(name)
             mids = frozenset({matter_of(rule, rule.name)} if rule else set())

@@ -30,6 +30,7 @@ def test_facts_and_records_commit_together(store: Store) -> None:
     out = led.decide(k.Ingest(event=ev("1")))
     assert out.reply.code == "recorded"
     with store.read() as tx:
+        assert tx.last_fact() == 1
         assert tx.fact_count() == 1
         m = tx.get("matter", "r")
         assert isinstance(m, Matter) and m.waiting
@@ -41,6 +42,7 @@ def test_facts_and_records_commit_together(store: Store) -> None:
     led.decide(k.Ingest(event=ev("2")))
     with store.read() as tx:
         assert tx.last_event() == 2
+        assert tx.last_fact() == 2
         assert [e.seq for e in tx.query("event") if isinstance(e, EventRow)] == [1, 2]
         assert tx.get("event", "nope") is None
 
@@ -81,6 +83,7 @@ def test_unique_fact_keys_are_enforced(store: Store) -> None:
     with pytest.raises(DuplicateFact), store.write() as tx:
         tx.append([fact], [])
     with store.read() as tx:
+        assert tx.last_fact() == 1
         assert tx.fact_count() == 1
 
 
@@ -89,6 +92,7 @@ def test_duplicate_ingest_is_reported_not_stored(store: Store) -> None:
     led.decide(k.Ingest(event=ev("1")))
     assert led.decide(k.Ingest(event=ev("1"))).reply.code == "duplicate"
     with store.read() as tx:
+        assert tx.last_fact() == 1
         assert tx.fact_count() == 1
 
 

@@ -26,7 +26,7 @@ def test_every_fact_type_has_one_fold_function() -> None:
 
 def test_a_fact_type_without_a_fold_function_is_a_bug() -> None:
     with pytest.raises(NoFold, match="str"):
-        apply(state.State(), "not a fact")  # type: ignore[arg-type]
+        apply(state.State(), "not a fact")  # type: ignore[arg-type]  # a str is no fact
 
 
 def test_each_row_gives_its_state_and_a_missing_row_raises() -> None:
