@@ -1,12 +1,11 @@
 """State as a fold over facts: one small function per fact type, in the table ``FOLD``.
 
-``State`` (defined beside the records it holds, in :mod:`kernel.records`) holds records
-by kind and id. It may be *partial*: the shell loads only the
-records a decision needs (see :func:`kernel.step.needs`); the fold touches only the
-records a fact names, so applying a fact to a partial state gives the same records as
-applying it to the whole state. ``apply`` returns the (kind, id) pairs it changed, which
-the store writes in the same transaction as the fact; a pair whose record is no longer
-in the state (a waiting event that a turn took) is deleted.
+``State`` (defined beside its records in :mod:`kernel.records`) may be *partial*: the
+shell loads only the records a decision needs (:func:`kernel.step.needs`); the fold
+touches only the records a fact names, so applying a fact to a partial state gives the
+same records as applying it to the whole state. ``apply`` returns the (kind, id) pairs
+it changed, which the store writes in the same transaction as the fact; a pair whose
+record is no longer in the state (a waiting event that a turn took) is deleted.
 
 Every record with a lifecycle moves through :func:`kernel.lifecycle.move`: a fact that
 would move one along a row its table lacks raises :class:`~kernel.errors.IllegalMove`.
