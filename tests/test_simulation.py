@@ -24,7 +24,7 @@ from kernel import inputs as k
 from kernel import step as core
 from kernel.model import Rule, Rules, Trigger
 from kernel.records import Action, Matter, Turn
-from tests.kernel_helpers import T0, ev, receipt, rule, rules_of
+from tests.kernel.helpers import T0, ev, receipt, rule, rules_of
 from tests.sim import InvariantBroken, Simulation, run
 
 # ------------------------------------------------------------------ the bounded CI slice

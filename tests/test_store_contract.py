@@ -16,7 +16,7 @@ from kernel.durations import iso
 from kernel.facts import EventRecorded
 from kernel.model import Event
 from kernel.records import EventRow, Matter
-from tests.kernel_helpers import T0, ev, receipt, rule, rules_of
+from tests.kernel.helpers import T0, ev, receipt, rule, rules_of
 
 RULES = rules_of(rule(emits=("ping",)))
 

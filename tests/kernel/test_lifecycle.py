@@ -15,7 +15,7 @@ from kernel.errors import IllegalMove, MissingRecord, NoFold
 from kernel.lifecycle import TABLES, allows, move
 from kernel.model import Event
 from kernel.state import FOLD, apply, replay
-from tests.kernel_helpers import T0, Kernel, ev, receipt, rule, rules_of
+from tests.kernel.helpers import T0, Kernel, ev, receipt, rule, rules_of
 
 AT = T0.isoformat()
 

@@ -8,7 +8,7 @@ from kernel import inputs as k
 from kernel.facts import event_key
 from kernel.model import Trigger
 from kernel.step import needs
-from tests.kernel_helpers import Kernel, ev, receipt, rule, rules_of
+from tests.kernel.helpers import Kernel, ev, receipt, rule, rules_of
 
 
 def test_an_ingest_asks_for_its_key_and_its_matters_and_never_more() -> None:

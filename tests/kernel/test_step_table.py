@@ -12,7 +12,7 @@ from kernel import step as core
 from kernel.context import Context
 from kernel.errors import OffTable
 from kernel.state import State
-from tests.kernel_helpers import T0, rules_of
+from tests.kernel.helpers import T0, rules_of
 
 
 def test_every_input_has_one_row_and_one_handler() -> None:

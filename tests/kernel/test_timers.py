@@ -11,7 +11,7 @@ from kernel import inputs as k
 from kernel.durations import iso
 from kernel.model import Rule
 from kernel.timers import due_schedules
-from tests.kernel_helpers import T0, Kernel, ev, receipt, rule, rules_of
+from tests.kernel.helpers import T0, Kernel, ev, receipt, rule, rules_of
 
 PLUS8 = timezone(timedelta(hours=8))
 

@@ -6,7 +6,7 @@ import json
 
 from kernel import inputs as k
 from kernel.model import HOP_LIMIT_KEY, Trigger
-from tests.kernel_helpers import Kernel, ev, receipt, rule, rules_of
+from tests.kernel.helpers import Kernel, ev, receipt, rule, rules_of
 
 ASK = receipt(
     json.dumps({"ask": [{"key": "colour", "title": "Pick", "options": ["red", "green", "blue"]}]})
