@@ -33,6 +33,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from bench.stats import percentile
 from kernel import inputs as k
 from kernel.model import AgentSpec, Event, Rule, Rules, Trigger
 from kernel.state import State
@@ -152,11 +153,6 @@ def check_scene(scene: Scene) -> None:
     kinds = sorted(type(e).__name__ for e in d.effects)
     if kinds != ["PerformAction", "SendCard", "SendCard"]:
         raise RuntimeError(f"finish: the receipt was not applied as expected ({kinds})")
-
-
-def percentile(values: Sequence[int], q: float) -> float:
-    ordered = sorted(values)
-    return float(ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))])
 
 
 def measure(scene: Scene, iterations: int, warmup: int) -> dict[str, list[int]]:

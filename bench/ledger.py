@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import quote
 
+from bench.stats import percentile
 from ghapp.ledger import Ledger
 from ghapp.store.base import Store, open_store
 from kernel import inputs as k
@@ -319,11 +320,6 @@ def round_pg(
 
 def rate(count: int, ns: int) -> float:
     return count / (ns / 1e9) if ns > 0 else float("inf")
-
-
-def percentile(values: Sequence[int], q: float) -> float:
-    ordered = sorted(values)
-    return float(ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))])
 
 
 def compare(rounds: int, one_round: Callable[[int], tuple[Side, Side]]) -> dict[str, float]:

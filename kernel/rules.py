@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import typing
 from collections.abc import Mapping
 from dataclasses import asdict, replace
 from typing import Any
@@ -72,7 +73,7 @@ _RULE = (
     "max_retries",
 )
 _ON = ("source", "type", "subject")
-_ACCESS: tuple[Access, ...] = ("read", "edit", "full")
+_ACCESS: tuple[Access, ...] = typing.get_args(Access)
 
 _TYPE_PATTERN = re.compile(r"(?:[A-Za-z0-9][A-Za-z0-9_-]*(?:\.[A-Za-z0-9][A-Za-z0-9_-]*)*\.?)?\*?")
 

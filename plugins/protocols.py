@@ -10,9 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
-Access = Literal["read", "edit", "full"]
+from kernel.model import Access  # one Access for rules and adapters
+
+__all__ = ["Access", "Agent", "AgentRequest", "AgentResult"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
