@@ -93,6 +93,9 @@ STEP: Mapping[type[Any], Outcomes] = {
 # ------------------------------------------------------------------------------- needs
 
 
+_NOTHING = State()  # what is loaded before the first round (needs only reads it)
+
+
 def needs(inp: Input, rules: Rules, state: State | None = None) -> Needs:
     """What the shell must load before :func:`step` decides ``inp``.
 
@@ -101,7 +104,7 @@ def needs(inp: Input, rules: Rules, state: State | None = None) -> Needs:
     finished turn's receipt routes its events by the turn's rule, an answered card may
     decide an action, and neither is known before the turn or the card is loaded.
     """
-    loaded = state if state is not None else State()
+    loaded = state if state is not None else _NOTHING
     match inp:
         case Ingest(event=event, ignore=ignore):
             keys = frozenset({event_key(event)})
