@@ -195,6 +195,13 @@ class Outcomes:
     effects: frozenset[type[Any]]  # the effects it may ask for
     replies: frozenset[str]  # the reply codes it may answer with
 
+    @classmethod
+    def of(
+        cls, facts: tuple[type[Any], ...], effects: tuple[type[Any], ...], replies: str
+    ) -> Outcomes:
+        """A row from tuples and the reply codes separated by spaces."""
+        return cls(frozenset(facts), frozenset(effects), frozenset(replies.split()))
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Decision:

@@ -47,17 +47,12 @@ from kernel.receipt import parse_receipt
 from kernel.records import State
 from kernel.routing import matter_of, route
 
-
-def _row(facts: tuple[type[Any], ...], effects: tuple[type[Any], ...], replies: str) -> Outcomes:
-    return Outcomes(frozenset(facts), frozenset(effects), frozenset(replies.split()))
-
-
 STEP: Mapping[type[Any], Outcomes] = {
     # input: (facts it may record), (effects it may ask for), "reply codes"
-    Ingest: _row((f.EventRecorded,), (), "recorded duplicate"),
-    Claim: _row((f.TurnStarted,), (), "started unknown busy idle no_rule"),
-    Heartbeat: _row((f.LeaseRenewed,), (), "renewed refused"),
-    Finish: _row(
+    Ingest: Outcomes.of((f.EventRecorded,), (), "recorded duplicate"),
+    Claim: Outcomes.of((f.TurnStarted,), (), "started unknown busy idle no_rule"),
+    Heartbeat: Outcomes.of((f.LeaseRenewed,), (), "renewed refused"),
+    Finish: Outcomes.of(
         (
             f.TurnFinished,
             f.ReceiptRefused,
@@ -71,23 +66,23 @@ STEP: Mapping[type[Any], Outcomes] = {
         (SendCard, PerformAction),
         "finished failed refused unknown",
     ),
-    Answer: _row(
+    Answer: Outcomes.of(
         (f.CardAnswered, f.ActionDecided, f.EventRecorded),
         (SendCard, PerformAction),
         "answered unknown refused invalid",
     ),
-    Tick: _row(
+    Tick: Outcomes.of(
         (f.TimerFired, f.EventRecorded, f.TurnFinished, f.CardOpened, f.ScheduleTicked),
         (SendCard,),
         "ticked",
     ),
-    ScheduleDue: _row((f.ScheduleTicked, f.EventRecorded), (), "recorded duplicate unknown"),
-    Delivered: _row((f.CardDelivered,), (), "recorded unknown"),
-    ActionTried: _row((f.ActionAttempted,), (), "recorded unknown not_allowed busy"),
-    ActionDone: _row(
+    ScheduleDue: Outcomes.of((f.ScheduleTicked, f.EventRecorded), (), "recorded duplicate unknown"),
+    Delivered: Outcomes.of((f.CardDelivered,), (), "recorded unknown"),
+    ActionTried: Outcomes.of((f.ActionAttempted,), (), "recorded unknown not_allowed busy"),
+    ActionDone: Outcomes.of(
         (f.ActionCompleted, f.CardOpened), (SendCard,), "recorded duplicate unknown not_allowed"
     ),
-    OwnerNotice: _row((f.CardOpened,), (SendCard,), "recorded duplicate"),
+    OwnerNotice: Outcomes.of((f.CardOpened,), (SendCard,), "recorded duplicate"),
 }
 
 # ------------------------------------------------------------------------------- needs
