@@ -27,16 +27,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.stats import percentile  # noqa: E402 - after the path set-up above
 from plugins.agents.command import CommandAgent  # noqa: E402 - after the path set-up above
 from plugins.agents.common import build_env  # noqa: E402
 from plugins.agents.process import run_process  # noqa: E402
 from plugins.protocols import AgentRequest  # noqa: E402
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
-    return ordered[index]
 
 
 def request(folder: Path, argv: list[str]) -> AgentRequest:

@@ -33,9 +33,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from kernel import step as k
+from bench.stats import percentile
+from kernel import inputs as k
 from kernel.model import AgentSpec, Event, Rule, Rules, Trigger
 from kernel.state import State
+from kernel.step import step
 from plugins.sources.github import translate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -117,16 +119,16 @@ def build_scene(matters: int) -> Scene:
     state = State()
     now = T0
     for n in range(1, matters + 1):
-        k.step(state, k.Ingest(event=issue_event(template, "d", n)), now=now, rules=rules)
+        step(state, k.Ingest(event=issue_event(template, "d", n)), now=now, rules=rules)
     mids = sorted(state.matters)
     claimed = mids[: matters * 2 // 3]
     for mid in claimed:
-        k.step(state, k.Claim(matter=mid, worker="w1"), now=now, rules=rules)
+        step(state, k.Claim(matter=mid, worker="w1"), now=now, rules=rules)
     now += timedelta(minutes=5)
     for number, mid in enumerate(claimed[: matters // 2], 1):
         turn = state.matters[mid].running
         assert turn is not None
-        k.step(state, finish_input(state, turn, number), now=now, rules=rules)
+        step(state, finish_input(state, turn, number), now=now, rules=rules)
     # a matter with a pending event and nothing running, one with a running turn
     idle = next(m for m in mids if state.matters[m].runnable)
     running = next(m.running for m in state.matters.values() if m.running is not None)
@@ -144,18 +146,13 @@ def check_scene(scene: Scene) -> None:
     """Each timed input must do its real work, or the figures would mean nothing."""
     want = {"ingest": "recorded", "claim": "started", "finish": "finished"}
     for op, inp in scene.inputs.items():
-        d = k.step(scene.state.copy(), inp, now=scene.now, rules=scene.rules)
+        d = step(scene.state.copy(), inp, now=scene.now, rules=scene.rules)
         if d.reply.code != want[op]:
             raise RuntimeError(f"{op}: expected {want[op]}, got {d.reply.code}: {d.reply.message}")
-    d = k.step(scene.state.copy(), scene.inputs["finish"], now=scene.now, rules=scene.rules)
+    d = step(scene.state.copy(), scene.inputs["finish"], now=scene.now, rules=scene.rules)
     kinds = sorted(type(e).__name__ for e in d.effects)
     if kinds != ["PerformAction", "SendCard", "SendCard"]:
         raise RuntimeError(f"finish: the receipt was not applied as expected ({kinds})")
-
-
-def percentile(values: Sequence[int], q: float) -> float:
-    ordered = sorted(values)
-    return float(ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))])
 
 
 def measure(scene: Scene, iterations: int, warmup: int) -> dict[str, list[int]]:
@@ -165,7 +162,7 @@ def measure(scene: Scene, iterations: int, warmup: int) -> dict[str, list[int]]:
     text = payload_text()
     wall = time.perf_counter_ns
     cpu = time.thread_time_ns
-    step = k.step
+    decide = step
     times: dict[str, list[int]] = {f"{op}{kind}": [] for op in OPS for kind in ("", "_cpu")}
     gc.collect()
     gc.disable()
@@ -176,7 +173,7 @@ def measure(scene: Scene, iterations: int, warmup: int) -> dict[str, list[int]]:
                 st = scene.state.copy()
                 c0 = cpu()
                 w0 = wall()
-                step(st, inp, now=scene.now, rules=scene.rules)
+                decide(st, inp, now=scene.now, rules=scene.rules)
                 w1 = wall()
                 c1 = cpu()
                 if keep:

@@ -63,6 +63,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.stats import percentile
 from ghapp.github.sansio import sign
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -395,11 +396,6 @@ async def hold_open(child: Child, requests: list[tuple[bytes, bytes]]) -> dict[s
     return {"rss_before_mb": before / 1024, "rss_held_mb": held / 1024, "held_sockets": fds}
 
 
-def pct(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 # --------------------------------------------------------------------------------- run
 
 
@@ -538,8 +534,8 @@ def run(
                         raise RuntimeError(f"{side}: {part - w.ok} deliveries not 2xx at {rate}/s")
                     lat[side] += w.latencies
             for side, values in lat.items():
-                figures[f"{side}_rate_p50_ms"] = pct(values, 0.5) * 1e3
-                figures[f"{side}_rate_p99_ms"] = pct(values, 0.99) * 1e3
+                figures[f"{side}_rate_p50_ms"] = percentile(values, 0.5) * 1e3
+                figures[f"{side}_rate_p99_ms"] = percentile(values, 0.99) * 1e3
                 figures[f"{side}_rate_max_ms"] = max(values) * 1e3
             # 3. throughput, closed loop; rounds alternate which side goes first
             windows: dict[str, list[Window]] = {s: [] for s in SIDES}
@@ -560,8 +556,8 @@ def run(
                     windows[side].append(w)
                     out(
                         f"  round {r + 1} {side:4s}: {w.rate:8.0f} deliveries/s  "
-                        f"p50 {pct(w.latencies, 0.5) * 1e3:6.2f} ms  "
-                        f"p99 {pct(w.latencies, 0.99) * 1e3:6.2f} ms  "
+                        f"p50 {percentile(w.latencies, 0.5) * 1e3:6.2f} ms  "
+                        f"p99 {percentile(w.latencies, 0.99) * 1e3:6.2f} ms  "
                         f"server cpu {w.cpu_s / w.seconds * 100:4.0f}% of one core"
                     )
             for side in SIDES:
@@ -571,8 +567,8 @@ def run(
                 figures[f"{side}_cpu"] = mid.cpu_s / mid.seconds
                 per = [w.cpu_s / w.ok for w in ws if w.cpu_s > 0 and w.ok]  # 0: under a tick
                 figures[f"{side}_cpu_us"] = min(per) * 1e6 if per else math.nan
-                figures[f"{side}_closed_p50_ms"] = pct(mid.latencies, 0.5) * 1e3
-                figures[f"{side}_closed_p99_ms"] = pct(mid.latencies, 0.99) * 1e3
+                figures[f"{side}_closed_p50_ms"] = percentile(mid.latencies, 0.5) * 1e3
+                figures[f"{side}_closed_p99_ms"] = percentile(mid.latencies, 0.99) * 1e3
             figures["ratio"] = figures["ours_rps"] / figures["bare_rps"]
             figures["cpu_ratio"] = figures["bare_cpu_us"] / figures["ours_cpu_us"]  # nan-safe
         finally:

@@ -54,13 +54,15 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import quote
 
+from bench.stats import percentile
 from ghapp.runtime.ledger import Ledger
 from ghapp.store.base import Store, open_store
-from kernel import step as k
+from kernel import inputs as k
 from kernel.codec import dump_fact
 from kernel.facts import fact_key
 from kernel.model import AgentSpec, Event, Rule, Rules, Trigger
 from kernel.state import State
+from kernel.step import step
 from plugins.sources.github import translate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -149,7 +151,7 @@ def expected_rows(events: Sequence[Event], rules: Rules, group: int = 1) -> list
     rows: list[list[Row]] = []
     for i, event in enumerate(events):
         now = instant(i - i % group)
-        decision = k.step(state, k.Ingest(event=event), now=now, rules=rules)
+        decision = step(state, k.Ingest(event=event), now=now, rules=rules)
         rows.append(
             [
                 (str(getattr(f, "at", "") or ""), type(f).__name__, 1, fact_key(f), dump_fact(f))
@@ -318,11 +320,6 @@ def round_pg(
 
 def rate(count: int, ns: int) -> float:
     return count / (ns / 1e9) if ns > 0 else float("inf")
-
-
-def percentile(values: Sequence[int], q: float) -> float:
-    ordered = sorted(values)
-    return float(ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))])
 
 
 def compare(rounds: int, one_round: Callable[[int], tuple[Side, Side]]) -> dict[str, float]:

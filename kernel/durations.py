@@ -1,15 +1,17 @@
 """Durations (``90s``, ``30m``, ``2h``, ``1d``, ``1h30m``) and ISO 8601 instants with offset.
 
-Both raise :class:`ValueError` with a message that says what was expected; callers
-turn it into their own error value.
+The parsers raise :class:`ValueError` with a message that says what was expected;
+callers turn it into their own error value. :func:`iso` is the one stored form of an
+instant: fixed-width UTC, so that stored instants compare as strings.
 """
 
 from __future__ import annotations
 
+import functools
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 
-__all__ = ["MAX_DURATION_S", "parse_duration", "parse_iso"]
+__all__ = ["MAX_DURATION_S", "iso", "parse_duration", "parse_instant", "parse_iso"]
 
 MAX_DURATION_S = 10 * 366 * 86400  # ten years: anything longer is a mistake, not a plan
 
@@ -59,3 +61,16 @@ def parse_iso(text: str) -> datetime:
             f"the time {text!r} has no UTC offset: add one, e.g. {text}+00:00 or {text}Z"
         )
     return value
+
+
+@functools.lru_cache(maxsize=256)
+def iso(dt: datetime) -> str:
+    """Fixed-width UTC form, so that stored instants compare as strings.
+
+    Cached: one decision, or a group of them, formats the same instant many times."""
+    return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f+00:00")
+
+
+def parse_instant(text: str) -> datetime:
+    """An instant stored by :func:`iso` (or any ISO 8601 text the kernel wrote)."""
+    return datetime.fromisoformat(text)

@@ -1,11 +1,8 @@
-"""The frozen vocabulary of the core: configuration, inputs, facts and effects.
+"""The frozen vocabulary of the core: configuration, receipts and events.
 
-Everything here is a value. Facts are past tense and are what the ledger stores;
-inputs are what the shell hands to :func:`kernel.step.step`; effects are what the
-shell must carry out (through the outbox) after the facts commit.
-
-Facts are stored as ``{"type": <class name>, "v": <version>, "data": {...}}`` by
-:mod:`kernel.codec`.
+Everything here is a value. The facts the ledger stores are in :mod:`kernel.facts`;
+the inputs the shell hands to :func:`kernel.step.step`, and the effects and replies it
+gets back, are in :mod:`kernel.inputs`.
 """
 
 from __future__ import annotations
@@ -15,22 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Access = Literal["read", "edit", "full"]
-CardKind = Literal["ask", "notice"]
-CardState = Literal["open", "decided", "done", "closed"]
-TurnState = Literal["running", "done", "failed"]
-TurnKind = Literal["normal", "repair", "retry"]
-TurnOutcome = Literal[
-    "ok",  # a valid receipt (possibly empty) was applied
-    "no_receipt",  # the agent ended without a receipt block: no effects, no retry
-    "malformed",  # the receipt block was invalid: nothing applied, one repair turn
-    "failed",  # the agent process failed
-    "timeout",  # killed at timeout_s
-    "lease_expired",  # the worker holding the claim went away
-    "refused",  # the turn could not start (budget, unknown agent...)
-]
-ActionStatus = Literal["allowed", "awaiting_approval", "refused", "done", "failed", "declined"]
+# The states of turns, cards, actions, timers and matters: the tables of kernel/lifecycle.py.
 
 DEFAULT_MAX_HOPS = 8
+OWNER_MATTER = "_owner"  # the matter of the owner's own cards (budget caps, lost deliveries)
+HOP_LIMIT_KEY = "hop-limit"  # the key of the card that says a chain of turns was cut
 
 
 # --------------------------------------------------------------------------- config

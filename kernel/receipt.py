@@ -1,10 +1,8 @@
 """Reading the receipt: the fenced ``autoloop`` block at the end of an agent's last message.
 
-:func:`find_block` locates the last fenced block whose info string is ``autoloop`` or
-``agent-autoloop`` (fences of three or more backticks or tildes, closed by a fence of
-the same character at least as long, CommonMark style; CRLF tolerated).
-:func:`parse_receipt` turns it into a :class:`~kernel.model.Receipt`, or a
-:class:`~kernel.model.ReceiptError` that says exactly what is wrong and where
+:func:`kernel.fence.find_block` locates the block; :func:`parse_receipt` turns it into a
+:class:`~kernel.model.Receipt`, or a :class:`~kernel.model.ReceiptError` that says
+exactly what is wrong and where
 (``ask[0].options: needs 2 or more options, got 1``), or None when there is no block.
 It never raises on any text: a malformed block is a value, the turn's repair is
 decided elsewhere. Whether an action is allowed is decided later, not here.
@@ -15,10 +13,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from kernel.durations import parse_duration, parse_iso
+from kernel.fence import find_block
 from kernel.model import (
     ActionSpec,
     AskSpec,
@@ -34,18 +32,13 @@ __all__ = [
     "ACTION_NAME",
     "CARD_KEY",
     "EVENT_TYPE",
-    "INFO_STRINGS",
     "MAX_BLOCK_BYTES",
     "MAX_ENTRIES",
     "MAX_OPTIONS",
     "MAX_TITLE",
-    "Block",
-    "find_block",
-    "find_receipt",
     "parse_receipt",
 ]
 
-INFO_STRINGS = frozenset({"autoloop", "agent-autoloop"})
 MAX_BLOCK_BYTES = 64 * 1024
 MAX_ENTRIES = 20  # per list
 MAX_OPTIONS = 10
@@ -59,74 +52,12 @@ ACTION_NAME = re.compile(r"[a-z][a-z0-9_-]*\.[a-z][a-z0-9_-]*")
 CARD_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
 MAX_EVENT_TYPE = 100
 
-_OPEN = re.compile(r" {0,3}(`{3,}|~{3,})(.*)")
-_CLOSE = re.compile(r" {0,3}(`{3,}|~{3,})[ \t]*")
-_NEWLINE = re.compile(r"\r\n|\r|\n")
 
 _KEYS = ("ask", "notice", "later", "resolve", "events", "actions")
 _ASK_KEYS = ("key", "title", "text", "options")
 _NOTICE_KEYS = ("title", "text", "key")
 _LATER_KEYS = ("in", "at", "why")
 _EVENT_KEYS = ("type", "subject", "summary", "details")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Block:
-    """A located receipt block: its text (lines joined with ``\\n``), the 1-based line of
-    its opening fence in the message, the fence itself, and whether it was closed."""
-
-    text: str
-    line: int
-    fence: str
-    closed: bool
-
-
-def find_block(message: str) -> Block | None:
-    """The last ``autoloop`` / ``agent-autoloop`` fenced block of ``message``, or None.
-
-    Fences inside other fenced blocks are content, as a Markdown reader would show them.
-    A block left open runs to the end of the message and comes back with ``closed=False``.
-    """
-    lines = _NEWLINE.split(message)
-    last: Block | None = None
-    opened: tuple[str, bool, int] | None = None  # fence, is a receipt, index of opening line
-    for index, line in enumerate(lines):
-        if opened is None:
-            match = _OPEN.fullmatch(line)
-            if match is None:
-                continue
-            fence, info = match.group(1), match.group(2).strip()
-            if fence[0] == "`" and "`" in info:
-                continue  # not a fence in CommonMark: a backtick fence's info has no backtick
-            word = info.split()[0].lower() if info else ""
-            opened = (fence, word in INFO_STRINGS, index)
-            continue
-        fence, is_receipt, start = opened
-        close = _CLOSE.fullmatch(line)
-        if close is None:
-            continue
-        closing = close.group(1)
-        if closing[0] != fence[0] or len(closing) < len(fence):
-            continue
-        if is_receipt:
-            text = "\n".join(lines[start + 1 : index])
-            last = Block(text=text, line=start + 1, fence=fence, closed=True)
-        opened = None
-    if opened is not None and opened[1]:
-        fence, _, start = opened
-        text = "\n".join(lines[start + 1 :])
-        last = Block(text=text, line=start + 1, fence=fence, closed=False)
-    return last
-
-
-def find_receipt(message: str) -> str | None:
-    """The text of the last receipt block, or None when the message has none.
-
-    A block that is never closed gives the rest of the message; use :func:`find_block`
-    to tell (``closed``), or :func:`parse_receipt`, which reports it as malformed.
-    """
-    block = find_block(message)
-    return None if block is None else block.text
 
 
 def parse_receipt(message: str, *, rule: Rule) -> Receipt | ReceiptError | None:

@@ -1,4 +1,5 @@
-"""Projection records: the current state of matters, turns, cards, timers and actions.
+"""Projection records: the current state of matters, turns, cards, timers and actions,
+and :class:`State`, the records a decision sees, by kind and id.
 
 Records are frozen; the fold in :mod:`kernel.state` replaces them. Each has a ``kind``
 and an ``id`` and three index values (``matter``, ``state``, ``due``) that stores keep
@@ -179,6 +180,99 @@ class Action:
 
 
 Record = Meta | EventRow | Matter | Queued | Turn | Card | Timer | Action
+
+
+Key = tuple[str, str]
+
+
+@dataclass(slots=True)
+class State:
+    meta: Meta = field(default_factory=Meta)
+    events: dict[int, EventRow] = field(default_factory=dict)
+    matters: dict[str, Matter] = field(default_factory=dict)
+    queued: dict[str, Queued] = field(default_factory=dict)
+    turns: dict[str, Turn] = field(default_factory=dict)
+    cards: dict[str, Card] = field(default_factory=dict)
+    timers: dict[str, Timer] = field(default_factory=dict)
+    actions: dict[str, Action] = field(default_factory=dict)
+    # The highest event seq handed out. Not a record: a replay keeps it as it folds, and
+    # the shell sets it from the store (the highest stored event row) before a decision.
+    last_event: int = 0
+    # Keys (kernel.facts.event_key) of events known to be recorded: those the shell found
+    # stored among the ones Needs.event_keys named, and those the fold recorded since.
+    seen_keys: set[str] = field(default_factory=set)
+
+    def put(self, rec: Record) -> Key:
+        if isinstance(rec, Meta):
+            self.meta = rec
+        elif isinstance(rec, EventRow):
+            self.events[rec.seq] = rec
+            self.last_event = max(self.last_event, rec.seq)
+        elif isinstance(rec, Matter):
+            self.matters[rec.id] = rec
+        elif isinstance(rec, Queued):
+            self.queued[rec.id] = rec
+        elif isinstance(rec, Turn):
+            self.turns[rec.id] = rec
+        elif isinstance(rec, Card):
+            self.cards[rec.id] = rec
+        elif isinstance(rec, Timer):
+            self.timers[rec.id] = rec
+        else:
+            self.actions[rec.id] = rec
+        return (rec.kind, rec.id)
+
+    def get(self, key: Key) -> Record | None:
+        kind, rid = key
+        table: dict[Any, Any]
+        if kind == "meta":
+            return self.meta
+        if kind == "event":
+            return self.events.get(int(rid))
+        tables: dict[str, dict[Any, Any]] = {
+            "matter": self.matters,
+            "queued": self.queued,
+            "turn": self.turns,
+            "card": self.cards,
+            "timer": self.timers,
+            "action": self.actions,
+        }
+        table = tables[kind]
+        rec: Record | None = table.get(rid)
+        return rec
+
+    def records(self) -> list[Record]:
+        out: list[Record] = [self.meta] if self.meta != Meta() else []
+        out.extend(self.events[k] for k in sorted(self.events))
+        tables: tuple[dict[str, Any], ...] = (
+            self.matters,
+            self.queued,
+            self.turns,
+            self.cards,
+            self.timers,
+            self.actions,
+        )
+        for table in tables:
+            out.extend(table[k] for k in sorted(table))
+        return out
+
+    def pending_of(self, matter: str) -> tuple[int, ...]:
+        """Seqs of the events waiting in ``matter`` (those loaded), in order."""
+        return tuple(sorted(q.seq for q in self.queued.values() if q.matter == matter))
+
+    def copy(self) -> State:
+        return State(
+            meta=self.meta,
+            events=dict(self.events),
+            matters=dict(self.matters),
+            queued=dict(self.queued),
+            turns=dict(self.turns),
+            cards=dict(self.cards),
+            timers=dict(self.timers),
+            actions=dict(self.actions),
+            last_event=self.last_event,
+            seen_keys=set(self.seen_keys),
+        )
 
 
 def index_of(rec: Record) -> tuple[str, str, str]:

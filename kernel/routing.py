@@ -27,6 +27,15 @@ def trigger_matches(on: Trigger, event: Event) -> bool:
     )
 
 
+def matches(rule: Rule, event: Event) -> bool:
+    """Whether ``rule``'s ``on`` takes ``event`` (a rule with only ``every`` takes none).
+
+    Each of source, type and subject is a list of exact values or prefixes ending in
+    ``*``; a missing one matches anything.
+    """
+    return rule.on is not None and trigger_matches(rule.on, event)
+
+
 def matter_of(rule: Rule, subject: str) -> str:
     """The matter id: the rule itself, or rule/subject when the rule is ``parallel``."""
     return f"{rule.name}/{subject}" if rule.parallel else rule.name
@@ -41,6 +50,6 @@ def route(rules: Rules, event: Event) -> list[tuple[Rule, str]]:
     """(rule, matter) pairs for an event that is not aimed at a matter directly."""
     out: list[tuple[Rule, str]] = []
     for rule in rules.rules:
-        if rule.on is not None and trigger_matches(rule.on, event):
+        if matches(rule, event):
             out.append((rule, matter_of(rule, event.subject)))
     return out

@@ -17,32 +17,28 @@ key order and the file's path do not change it.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import re
-import tomllib
+import typing
 from collections.abc import Mapping
 from dataclasses import asdict, replace
-from typing import Any, NoReturn
+from typing import Any
 
+from kernel.config import Reader, kind_of, load
 from kernel.cron import parse_cron
-from kernel.errors import ConfigError
 from kernel.model import (
     DEFAULT_MAX_HOPS,
     Access,
     AgentSpec,
     ChannelSpec,
-    Event,
     Rule,
     Rules,
-    SourceSpec,
     Trigger,
 )
 from kernel.receipt import ACTION_NAME, EVENT_TYPE
-from kernel.routing import matter_of, trigger_matches
 
-__all__ = ["matches", "matter_id", "parse_rules", "rules_version", "starter_rules_text"]
+__all__ = ["parse_rules", "rules_version", "starter_rules_text"]
 
 _TOP = (
     "timezone",
@@ -77,32 +73,12 @@ _RULE = (
     "max_retries",
 )
 _ON = ("source", "type", "subject")
-_ACCESS: tuple[Access, ...] = ("read", "edit", "full")
+_ACCESS: tuple[Access, ...] = typing.get_args(Access)
 
-#: names of rules, agents, channels and sources (a rule name becomes part of matter ids)
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _TYPE_PATTERN = re.compile(r"(?:[A-Za-z0-9][A-Za-z0-9_-]*(?:\.[A-Za-z0-9][A-Za-z0-9_-]*)*\.?)?\*?")
-_OPTION_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_TIMEZONE = re.compile(r"[A-Za-z][A-Za-z0-9_+-]*(?:/[A-Za-z0-9][A-Za-z0-9_+-]*){0,3}")
 
 
 # --------------------------------------------------------------------------- public helpers
-
-
-def matches(rule: Rule, event: Event) -> bool:
-    """Whether ``rule``'s ``on`` takes ``event`` (a rule with only ``every`` takes none).
-
-    Each of source, type and subject is a list of exact values or prefixes ending in
-    ``*``; a missing one matches anything.
-    """
-    return rule.on is not None and trigger_matches(rule.on, event)
-
-
-def matter_id(rule: Rule, subject: str) -> str:
-    """The matter an event of ``subject`` joins: the rule's name, or ``rule/subject``
-    when the rule is ``parallel``."""
-    return matter_of(rule, subject)
 
 
 def rules_version(rules: Rules) -> str:
@@ -165,174 +141,18 @@ def parse_rules(
     """
     if fmt not in ("json", "toml"):
         raise ValueError(f"fmt must be 'json' or 'toml', got {fmt!r}")
-    data = _load(text, path, fmt)
-    reader = _Reader(path, known_agent_adapters, known_channel_adapters)
+    data = load(text, path, fmt)
+    reader = _RulesReader(path, known_agent_adapters, known_channel_adapters)
     rules = reader.rules(data)
     return replace(rules, version=rules_version(rules))
 
 
-class _Duplicate(Exception):
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key
-
-
-def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _Duplicate(key)
-        out[key] = value
-    return out
-
-
-def _no_constant(name: str) -> NoReturn:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def _load(text: str, path: str, fmt: str) -> object:
-    if fmt == "toml":
-        try:
-            return tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"not valid TOML: {exc}", file=path) from None
-    try:
-        return json.loads(text, object_pairs_hook=_unique_pairs, parse_constant=_no_constant)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(
-            f"not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}", file=path
-        ) from None
-    except _Duplicate as exc:
-        raise ConfigError(
-            f'the key "{exc.key}" appears twice in one object: keep one', file=path
-        ) from None
-    except ValueError as exc:
-        raise ConfigError(f"not valid JSON: {exc}", file=path) from None
-    except RecursionError:
-        raise ConfigError("not valid JSON: nested too deeply", file=path) from None
-
-
-def _kind(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return f"the number {value}"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
-
-
-def _unknown(key: str, known: tuple[str, ...]) -> str:
-    close = difflib.get_close_matches(key, known, n=1)
-    hint = f'did you mean "{close[0]}"? ' if close else ""
-    return f'unknown field "{key}" ({hint}known: {", ".join(known)})'
-
-
-class _Reader:
-    """Validates one parsed file; every failure raises a located :class:`ConfigError`."""
-
-    def __init__(
-        self,
-        path: str,
-        agent_adapters: frozenset[str] | None,
-        channel_adapters: frozenset[str] | None,
-    ) -> None:
-        self.path = path
-        self.agent_adapters = agent_adapters
-        self.channel_adapters = channel_adapters
-
-    def fail(
-        self, message: str, *, field: str | None = None, rule: str | int | None = None
-    ) -> NoReturn:
-        raise ConfigError(message, file=self.path, rule=rule, field=field)
-
-    # ------------------------------------------------------------------ typed values
-
-    def text(self, value: object, field: str, rule: str | int | None = None) -> str:
-        if not isinstance(value, str):
-            self.fail(f"must be a string, got {_kind(value)}", field=field, rule=rule)
-        if not value.strip():
-            self.fail("must not be empty", field=field, rule=rule)
-        return value
-
-    def name(self, value: object, field: str, what: str, rule: str | int | None = None) -> str:
-        name = self.text(value, field, rule)
-        if not NAME.fullmatch(name):
-            self.fail(
-                f'"{name}" is not a usable {what} name: use letters, digits, _ . and -, '
-                "at most 64 characters, starting with a letter or digit",
-                field=field,
-                rule=rule,
-            )
-        return name
-
-    def boolean(self, value: object, field: str, rule: str | int | None = None) -> bool:
-        if not isinstance(value, bool):
-            self.fail(f"must be true or false, got {_kind(value)}", field=field, rule=rule)
-        return value
-
-    def integer(
-        self, value: object, field: str, rule: str | int | None = None, *, minimum: int
-    ) -> int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            self.fail(f"must be a whole number, got {_kind(value)}", field=field, rule=rule)
-        if value < minimum:
-            need = "a positive whole number" if minimum == 1 else f"at least {minimum}"
-            self.fail(f"must be {need}, got {value}", field=field, rule=rule)
-        return value
-
-    def positive(self, value: object, field: str, rule: str | int | None = None) -> float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            self.fail(f"must be a number, got {_kind(value)}", field=field, rule=rule)
-        if not value > 0 or value == float("inf"):
-            self.fail(f"must be a number above 0, got {value}", field=field, rule=rule)
-        return float(value)
-
-    def strings(
-        self,
-        value: object,
-        field: str,
-        rule: str | int | None = None,
-        *,
-        single: bool = False,
-    ) -> tuple[str, ...]:
-        """A list of non-empty strings (or, with ``single``, one string standing for a list)."""
-        if single and isinstance(value, str):
-            value = [value]
-        if not isinstance(value, list):
-            shape = "a string or a list of strings" if single else "a list of strings"
-            self.fail(f"must be {shape}, got {_kind(value)}", field=field, rule=rule)
-        return tuple(self.text(item, f"{field}[{i}]", rule) for i, item in enumerate(value))
-
-    def obj(
-        self, value: object, field: str | None, rule: str | int | None = None
-    ) -> Mapping[str, Any]:
-        if not isinstance(value, dict):
-            self.fail(f"must be an object, got {_kind(value)}", field=field, rule=rule)
-        return value
-
-    def only(
-        self,
-        data: Mapping[str, Any],
-        known: tuple[str, ...],
-        prefix: str = "",
-        rule: str | int | None = None,
-    ) -> None:
-        for key in data:
-            if key not in known:
-                self.fail(_unknown(key, known), field=f"{prefix}{key}", rule=rule)
-
-    # ------------------------------------------------------------------ the file
+class _RulesReader(Reader):
+    """The whole file: its top-level fields and its rules."""
 
     def rules(self, data: object) -> Rules:
         if not isinstance(data, dict):
-            self.fail(f"must hold one object with the rules, got {_kind(data)}")
+            self.fail(f"must hold one object with the rules, got {kind_of(data)}")
         self.only(data, _TOP)
         sources = self.sources(data.get("sources", {}))
         agents = self.agents(data.get("agents", {}))
@@ -363,123 +183,6 @@ class _Reader:
         value = data.get(key)
         return None if value is None else self.positive(value, key)
 
-    def timezone(self, value: object) -> str:
-        zone = self.text(value, "timezone")
-        if len(zone) > 64 or not _TIMEZONE.fullmatch(zone):
-            self.fail(
-                f'"{zone}" is not a time zone name like "UTC" or "Asia/Shanghai"',
-                field="timezone",
-            )
-        return zone
-
-    def env_names(self, value: object) -> tuple[str, ...]:
-        names = self.strings(value, "secret_env")
-        for index, name in enumerate(names):
-            if not _ENV_NAME.fullmatch(name):
-                self.fail(
-                    f'"{name}" is not an environment variable name (letters, digits, _)',
-                    field=f"secret_env[{index}]",
-                )
-        return names
-
-    def channel_refs(
-        self,
-        value: object,
-        field: str,
-        channels: Mapping[str, ChannelSpec],
-        rule: str | None = None,
-    ) -> tuple[str, ...]:
-        names = self.strings(value, field, rule)
-        for index, name in enumerate(names):
-            if name not in channels:
-                known = ", ".join(channels) if channels else 'none: add one under "channels"'
-                self.fail(
-                    f'unknown channel "{name}" (known: {known})',
-                    field=f"{field}[{index}]",
-                    rule=rule,
-                )
-        return names
-
-    def options(self, data: Mapping[str, Any], own: tuple[str, ...], field: str) -> dict[str, Any]:
-        options: dict[str, Any] = {}
-        for key, value in data.items():
-            if key in own:
-                continue
-            if not _OPTION_KEY.fullmatch(key):
-                self.fail(
-                    f'"{key}" is not a usable option name (letters, digits, _ and -)',
-                    field=f"{field}.{key}",
-                )
-            options[key] = value
-        return options
-
-    def named(self, value: object, field: str, what: str) -> dict[str, Mapping[str, Any]]:
-        table = self.obj(value, field)
-        out: dict[str, Mapping[str, Any]] = {}
-        for name, spec in table.items():
-            self.name(name, f"{field}.{name}", what)
-            out[name] = self.obj(spec, f"{field}.{name}")
-        return out
-
-    def sources(self, value: object) -> dict[str, SourceSpec]:
-        out: dict[str, SourceSpec] = {}
-        for name, spec in self.named(value, "sources", "source").items():
-            at = f"sources.{name}"
-            if "adapter" not in spec:
-                self.fail('needs "adapter": the source adapter, e.g. "hmac"', field=at)
-            out[name] = SourceSpec(
-                name=name,
-                adapter=self.text(spec["adapter"], f"{at}.adapter"),
-                options=self.options(spec, ("adapter",), at),
-            )
-        return out
-
-    def agents(self, value: object) -> dict[str, AgentSpec]:
-        out: dict[str, AgentSpec] = {}
-        for name, spec in self.named(value, "agents", "agent").items():
-            at = f"agents.{name}"
-            if "use" not in spec:
-                self.fail('needs "use": the agent adapter, e.g. "command"', field=at)
-            use = self.text(spec["use"], f"{at}.use")
-            if self.agent_adapters is not None and use not in self.agent_adapters:
-                known = ", ".join(sorted(self.agent_adapters))
-                self.fail(f'unknown agent adapter "{use}" (known: {known})', field=f"{at}.use")
-            command: tuple[str, ...] = ()
-            if "command" in spec:
-                command = self.strings(spec["command"], f"{at}.command")
-            if use == "command" and not command:
-                self.fail(
-                    'a "command" agent needs "command": a non-empty list of strings, '
-                    'e.g. ["python3", "agent.py", "{prompt}"]',
-                    field=f"{at}.command",
-                )
-            out[name] = AgentSpec(
-                name=name,
-                use=use,
-                worker=self.text(spec.get("worker", "any"), f"{at}.worker"),
-                command=command,
-                options=self.options(spec, ("use", "worker", "command"), at),
-            )
-        return out
-
-    def channels(self, value: object) -> dict[str, ChannelSpec]:
-        out: dict[str, ChannelSpec] = {}
-        for name, spec in self.named(value, "channels", "channel").items():
-            at = f"channels.{name}"
-            if "use" not in spec:
-                self.fail('needs "use": the channel adapter, e.g. "console"', field=at)
-            use = self.text(spec["use"], f"{at}.use")
-            if self.channel_adapters is not None and use not in self.channel_adapters:
-                known = ", ".join(sorted(self.channel_adapters))
-                self.fail(f'unknown channel adapter "{use}" (known: {known})', field=f"{at}.use")
-            out[name] = ChannelSpec(
-                name=name,
-                use=use,
-                links=self.boolean(spec.get("links", False), f"{at}.links"),
-                options=self.options(spec, ("use", "links"), at),
-            )
-        return out
-
     # ------------------------------------------------------------------ rules
 
     def rule_list(
@@ -489,7 +192,7 @@ class _Reader:
         channels: Mapping[str, ChannelSpec],
     ) -> tuple[Rule, ...]:
         if not isinstance(value, list):
-            self.fail(f"must be a list of rules, got {_kind(value)}", field="rules")
+            self.fail(f"must be a list of rules, got {kind_of(value)}", field="rules")
         seen: dict[str, int] = {}
         out = []
         for index, item in enumerate(value):

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from kernel.step import iso
+from kernel.durations import iso
 from pipeline.delivery import Delivery
 from pipeline.effects import Effect
 from pipeline.policy import Policy

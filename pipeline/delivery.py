@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from kernel.codec import to_data
-from kernel.step import iso
+from kernel.durations import iso
 from pipeline.stages import CardKind, Mode, Stage
 
 __all__ = [

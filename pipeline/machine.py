@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from kernel.step import iso
+from kernel.durations import iso
 from pipeline import handlers, merging, watching
 from pipeline.context import MERGE_ANSWER_GRACE, UPDATE_TIMEOUT, Ctx, Waiting, instant, short
 from pipeline.delivery import Delivery, HistoryEntry, OpenCard

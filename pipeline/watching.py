@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from kernel.step import iso
+from kernel.durations import iso
 from pipeline.context import PROBE_FIRST_S, PROBE_MAX_S, Ctx, instant, short, span
 from pipeline.effects import ProbeVersion
 from pipeline.stages import Outcome

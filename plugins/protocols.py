@@ -15,11 +15,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
+from kernel.model import Access  # one Access for rules and adapters
 from kernel.records import Action, Card, Matter
-
-Access = Literal["read", "edit", "full"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -46,7 +46,7 @@ from ghapp.github.client import GitHubClient
 from ghapp.github.errors import AmbiguousWrite
 from ghapp.github.executor import Target, find_marked, marker, subject_target
 from ghapp.runtime.hub import Hub
-from kernel import step as k
+from kernel.durations import iso
 from kernel.model import Event
 from kernel.records import Card, EventRow, Matter
 
@@ -228,7 +228,7 @@ class AnswerDesk:
 
     def recent_answer_events(self) -> list[Event]:
         """``issue_comment.created`` events of the last 3 days with an ``/answer`` line."""
-        cutoff = k.iso(self.hub.clock() - SWEEP_WINDOW)
+        cutoff = iso(self.hub.clock() - SWEEP_WINDOW)
         out: list[Event] = []
         with self.hub.store.read() as tx:
             last = tx.last_event()

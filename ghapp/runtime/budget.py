@@ -18,7 +18,8 @@ from typing import Protocol
 from zoneinfo import ZoneInfo
 
 from kernel import facts as f
-from kernel import step as k
+from kernel import inputs as k
+from kernel.durations import iso
 from kernel.model import Rules
 from kernel.records import Turn
 
@@ -42,7 +43,7 @@ def day_bounds(now: datetime, timezone: str, *, days: int = 1) -> tuple[str, str
     first = today - timedelta(days=days - 1)
     start = datetime.combine(first, time(0), tz)
     end = datetime.combine(today + timedelta(days=1), time(0), tz)
-    return today.isoformat(), k.iso(start), k.iso(end)
+    return today.isoformat(), iso(start), iso(end)
 
 
 def usage_between(turns: Iterable[Turn], start: str, end: str) -> Usage:
@@ -120,7 +121,7 @@ class UsageMeter:
 
     def usage(self, start: str, end: str) -> Usage:
         """Turns started in [start, end) and what they reported."""
-        keep = k.iso(datetime.fromisoformat(start) - timedelta(days=self.keep_days))
+        keep = iso(datetime.fromisoformat(start) - timedelta(days=self.keep_days))
         for tid in [t for t, spent in self.turns.items() if spent.started < keep]:
             del self.turns[tid]
         return _total(((s.started, s.tokens, s.usd) for s in self.turns.values()), start, end)

@@ -15,9 +15,9 @@ import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, assert_never
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ghapp.runtime.budget import UsageMeter, cap_notice, day_bounds
@@ -25,10 +25,9 @@ from ghapp.runtime.ledger import Ledger, Outcome
 from ghapp.runtime.turns import prepare, run_agent, stop_leftovers
 from ghapp.store.base import Store
 from kernel import facts as f
-from kernel import step as k
-from kernel.cron import parse_cron
+from kernel import inputs as k
 from kernel.errors import ConfigError
-from kernel.model import Event, Rules
+from kernel.model import OWNER_MATTER, Event, Rules
 from kernel.records import Action, Card, EventRow, Matter, Turn
 from kernel.rules import parse_rules
 from plugins.protocols import ActionFailed, Channel, Executor
@@ -225,6 +224,7 @@ class Hub:
         self.lease_margin_s = lease_margin_s
         self._usage = UsageMeter()  # today's spend, read incrementally from the facts
         self._usage_lock = threading.Lock()
+        self.wake_at: datetime | None = None  # when the last tick asked for the next one
 
     # -- inputs ---------------------------------------------------------------------------
 
@@ -238,46 +238,21 @@ class Hub:
         self._after(out)
         return out
 
-    def tick(self) -> int:
-        """Fire due timers, expire lapsed leases, record due schedule ticks."""
-        out = self.ledger.decide(k.Tick())
+    def tick(self, *, look_ahead_s: float = 0.0) -> int:
+        """Fire due timers, expire lapsed leases, tick due schedules (the kernel decides
+        which, from now in the rules' time zone); returns how many timers and schedules
+        fired. ``wake_at`` becomes the next instant the kernel wants a tick, among the
+        timers and leases due within ``look_ahead_s`` and the schedules."""
+        rules = self.rules()
+        now = self.clock()
+        local = now.astimezone(ZoneInfo(rules.timezone))
+        out = self.ledger.decide(k.Tick(local_now=local, look_ahead_s=look_ahead_s), now=now)
         self._after(out)
+        self.wake_at = out.decision.wake_at
         for fact in out.decision.facts:
             if isinstance(fact, f.TurnFinished) and fact.outcome == "lease_expired":
                 self.stop_orphans(fact.turn)
-        n = int(out.reply.data.get("timers_fired", 0))
-        n += self._schedules()
-        return n
-
-    def _schedules(self) -> int:
-        rules = self.rules()
-        now = self.clock()
-        tz = ZoneInfo(rules.timezone)
-        local = now.astimezone(tz)
-        fired = 0
-        with self.store.read() as tx:
-            meta = tx.get("meta", "counters")
-        ticks = dict(getattr(meta, "ticks", {}) or {})
-        for rule in rules.rules:
-            if not rule.every:
-                continue
-            cron = parse_cron(rule.every)
-            latest = cron.last_at_or_before(local)
-            if latest is None:
-                continue
-            at = k.iso(latest)
-            last = ticks.get(rule.name)
-            if last is None:
-                # First sight of a schedule: start counting from now, don't replay history.
-                # (Compare instants in UTC: same-zone datetimes compare by wall clock.)
-                if latest.astimezone(UTC) < now.astimezone(UTC) - timedelta(minutes=1):
-                    continue
-            elif at <= last:
-                continue
-            out = self.ledger.decide(k.ScheduleDue(rule=rule.name, at=at))
-            self._after(out)
-            fired += 1
-        return fired
+        return int(out.reply.data.get("timers_fired", 0)) + int(out.reply.data.get("schedules", 0))
 
     # -- turns ----------------------------------------------------------------------------
 
@@ -309,7 +284,7 @@ class Hub:
         with self._usage_lock, self.store.read() as tx:
             self._usage.refresh(tx)
             used = self._usage.usage(start, end)
-            told = {c.key for c in tx.query("card", matter=k.OWNER_MATTER) if isinstance(c, Card)}
+            told = {c.key for c in tx.query("card", matter=OWNER_MATTER) if isinstance(c, Card)}
         notice = cap_notice(rules, now, used)
         if notice is None:
             return False
@@ -397,11 +372,14 @@ class Hub:
     def _after(self, out: Outcome) -> None:
         sent: set[str] = set()
         for eff in out.decision.effects:
-            if isinstance(eff, k.SendCard):
-                self.deliver_card(eff.card)
-                sent.add(eff.card)
-            elif isinstance(eff, k.PerformAction):
-                self.perform(eff.action)
+            match eff:
+                case k.SendCard(card=card):
+                    self.deliver_card(card)
+                    sent.add(card)
+                case k.PerformAction(action=action):
+                    self.perform(action)
+                case _:
+                    assert_never(eff)
         # A card the decision changed without a SendCard (a receipt's "resolve" bumps its
         # version) is shown again too, now rather than at the next sweep.
         for kind, rid in sorted(out.decision.touched):
@@ -410,7 +388,7 @@ class Hub:
 
     def channels_for(self, card: Card) -> list[str]:
         rules = self.rules()
-        if card.matter == k.OWNER_MATTER:
+        if card.matter == OWNER_MATTER:
             names = list(rules.owner_notify) or sorted({n for r in rules.rules for n in r.notify})
         else:
             with self.store.read() as tx:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ghapp.runtime.ledger import Ledger, Outcome
-from kernel import step as k
+from kernel import inputs as k
 
 Prepare = Callable[[], list[k.Input]]
 

@@ -1,21 +1,25 @@
 """Take one decision against the store: load, step, commit facts with their records.
 
-``Ledger.decide(input)`` runs inside one write transaction: it loads the records the
-kernel needs, calls :func:`kernel.step.step`, and writes the new facts and every record
-they changed before committing. Nothing is acknowledged before that commit.
+``Ledger.decide(input)`` runs inside one write transaction: needs, load, step, append.
+It asks the kernel what to load (:func:`kernel.step.needs`, again with what it loaded
+until nothing new is asked), loads it, lets :func:`kernel.step.step` decide, and writes
+the new facts and every record they changed before committing. Nothing is acknowledged
+before that commit. The shell decides nothing here: not even whether an event is a
+duplicate (the kernel answers that from the keys it asked to have checked).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
+from datetime import datetime, timedelta
 
 from ghapp.store.base import Store, Tx, rebuild_records
-from kernel import step as k
-from kernel.facts import event_key
-from kernel.model import Event, Rules
+from kernel import inputs as k
+from kernel import step as core
+from kernel.durations import iso
+from kernel.facts import Fact
+from kernel.model import OWNER_MATTER, Rules
 from kernel.records import Card, Matter, Queued, Record, Timer, Turn
 from kernel.state import Key, State, replay
 
@@ -32,19 +36,18 @@ class Outcome:
         return self.decision.reply
 
 
-def load_state(
-    tx: Tx, needs: k.Needs, now: datetime, *, with_events: bool = False, with_cards: bool = True
-) -> State:
-    st = State(last_event=tx.last_event())
-    meta = tx.get("meta", "counters")
-    if meta is not None:
-        st.put(meta)
+def load(tx: Tx, state: State, needs: k.Needs, now: datetime) -> None:
+    """Load what ``needs`` names into ``state`` (see :class:`kernel.inputs.Needs`); a
+    matter already in ``state`` is not read again."""
+    for key in needs.event_keys:
+        if tx.has_key(key):
+            state.seen_keys.add(key)
     matters: set[str] = set(needs.matters)
 
     def add(rec: Record | None) -> None:
         if rec is None:
             return
-        st.put(rec)
+        state.put(rec)
         if isinstance(rec, Turn | Card | Timer):
             matters.add(rec.matter)
 
@@ -52,7 +55,11 @@ def load_state(
         add(tx.get("turn", tid))
     for cid in needs.cards:
         add(tx.get("card", cid))
-    at = k.iso(now) if needs.due_timers or needs.lapsed_leases else ""
+    for aid in needs.actions:
+        if (act := tx.get("action", aid)) is not None:
+            state.put(act)
+    due = now + timedelta(seconds=needs.look_ahead_s)
+    at = iso(due) if needs.due_timers or needs.lapsed_leases else ""
     if needs.due_timers:
         for rec in tx.query("timer", states=["armed"], due_before=at):
             add(rec)
@@ -60,29 +67,28 @@ def load_state(
         for rec in tx.query("turn", states=["running"], due_before=at):
             add(rec)
     if needs.owner:
-        for rec in tx.query("card", matter=k.OWNER_MATTER):
-            st.put(rec)
-    for mid in sorted(matters):
+        for rec in tx.query("card", matter=OWNER_MATTER):
+            state.put(rec)
+    for mid in sorted(matters - set(state.matters)):
         m = tx.get("matter", mid)
         if not isinstance(m, Matter):
             continue
-        st.put(m)
-        if with_cards:
+        state.put(m)
+        if needs.matter_cards:
             for rec in tx.query("card", matter=mid, states=["open", "decided"]):
-                st.put(rec)
-        if m.running and m.running not in st.turns:
+                state.put(rec)
+        if m.running and m.running not in state.turns:
             t = tx.get("turn", m.running)
             if t is not None:
-                st.put(t)
-        if with_events:
+                state.put(t)
+        if needs.waiting:
             waiting = tx.query("queued", matter=mid, states=["pending"]) if m.waiting else []
             for q in waiting:
-                st.put(q)
+                state.put(q)
             for seq in (*m.retry, *(q.seq for q in waiting if isinstance(q, Queued))):
                 ev = tx.get("event", f"{seq:012d}")
                 if ev is not None:
-                    st.put(ev)
-    return st
+                    state.put(ev)
 
 
 def _changes(state: State, touched: Iterable[Key]) -> tuple[list[Record], list[Key]]:
@@ -98,13 +104,9 @@ def _changes(state: State, touched: Iterable[Key]) -> tuple[list[Record], list[K
     return records, gone
 
 
-def _duplicate(event: Event) -> k.Decision:
-    reply = k.Reply(
-        ok=True,
-        code="duplicate",
-        message=f"duplicate: ({event.source}, {event.id}) was recorded before",
-    )
-    return k.Decision(facts=(), effects=(), reply=reply, touched=frozenset())
+# needs -> load -> needs again with what was loaded -> ... : a few rounds at most (a
+# finished turn's receipt is read once its turn is loaded). More is a bug in needs.
+MAX_ROUNDS = 4
 
 
 class Ledger:
@@ -120,82 +122,52 @@ class Ledger:
         """Several decisions in one transaction (group commit): all commit, or none."""
         rules = self.rules()
         when = now or self.clock()
-        outs: list[Outcome] = []
         with self.store.write() as tx:
-            if inputs and all(isinstance(i, k.Ingest) for i in inputs):
-                return self._ingest_many(tx, inputs, rules, when)  # type: ignore[arg-type]
-            for inp in inputs:
-                outs.append(self._decide(tx, inp, rules, when))
-        return outs
+            first = [core.needs(inp, rules) for inp in inputs]
+            if inputs and all(n.narrow for n in first):
+                return self._decide_together(tx, inputs, first, rules, when)
+            return [self._decide(tx, inp, rules, when) for inp in inputs]
 
-    def _ingest_many(
-        self, tx: Tx, inputs: list[k.Ingest], rules: Rules, when: datetime
+    def _decide_together(
+        self, tx: Tx, inputs: list[k.Input], needs: list[k.Needs], rules: Rules, when: datetime
     ) -> list[Outcome]:
-        """Record a group of events (a burst of webhooks) in one pass: one read for all
-        they need, the kernel deciding each in turn on one shared state, one write.
+        """Decide a group whose needs are narrow (a burst of webhooks) in one pass: one
+        read for the keys and matters all of them need, the kernel deciding each in turn
+        on one shared state (each sees what the ones before it changed), one write.
 
-        The same decisions as one ``_decide`` each: an ingest reads only the counters,
-        the matters its event routes to, and whether its key is stored; each decision
-        sees the records the ones before it changed.
-        """
-        keys = [event_key(i.event) for i in inputs]
-        wanted = [m for i in inputs for m in k.needs(i, rules).matters]
+        The same decisions as one :meth:`_decide` each: narrow needs never grow."""
+        keys = [key for n in needs for key in n.event_keys]
+        wanted = [m for n in needs for m in n.matters]
         stored, last, recs = tx.ingest_view(keys, wanted)
-        state = State(last_event=last)
+        state = State(last_event=last, seen_keys=stored)
         for rec in recs:
             state.put(rec)
-        decisions: list[k.Decision | None] = []
-        facts: list[Any] = []
+        decisions: list[k.Decision] = []
+        facts: list[Fact] = []
         touched: set[Key] = set()
-        for inp, key in zip(inputs, keys, strict=True):
-            if key in stored:
-                decisions.append(None)
-                continue
-            stored.add(key)  # the same event twice in one group: the second is a duplicate
-            decided = k.step(state, inp, now=when, rules=rules)
+        for inp in inputs:
+            decided = core.step(state, inp, now=when, rules=rules)
             decisions.append(decided)
             facts.extend(decided.facts)
             touched |= decided.touched
         seqs = iter(tx.append(facts, *_changes(state, touched)) if facts else [])
-        outs: list[Outcome] = []
-        for inp, done in zip(inputs, decisions, strict=True):
-            if done is None:
-                outs.append(Outcome(_duplicate(inp.event), ()))
-            else:
-                outs.append(Outcome(done, tuple(next(seqs) for _ in done.facts)))
-        return outs
+        return [Outcome(d, tuple(next(seqs) for _ in d.facts)) for d in decisions]
 
     def _decide(self, tx: Tx, inp: k.Input, rules: Rules, when: datetime) -> Outcome:
-        if isinstance(inp, k.Ingest) and tx.has_key(event_key(inp.event)):
-            return Outcome(_duplicate(inp.event), ())
-        needs = k.needs(inp, rules)
-        # An ingest only routes the event to matters: it reads no cards.
-        state = load_state(
-            tx,
-            needs,
-            when,
-            with_events=isinstance(inp, k.Claim),
-            with_cards=not isinstance(inp, k.Ingest),
-        )
-        if isinstance(inp, k.Finish):
-            t = state.turns.get(inp.turn)
-            if t is not None:
-                m = state.matters.get(t.matter)
-                subject = m.subject if m is not None else ""
-                extra = k.emitted_matters(inp, rules, rules.rule(t.rule), subject)
-                if extra - set(state.matters):
-                    more = load_state(tx, k.Needs(matters=extra), when)
-                    for rec in more.records():
-                        if rec.kind != "meta":
-                            state.put(rec)
-        aid: str | None = None
-        if isinstance(inp, k.ActionTried | k.ActionDone):
-            aid = inp.action
-        elif isinstance(inp, k.Answer) and (card := state.cards.get(inp.card)) is not None:
-            aid = card.action  # answering an approval card decides its action
-        if aid is not None and (act := tx.get("action", aid)) is not None:
-            state.put(act)
-        decision = k.step(state, inp, now=when, rules=rules)
+        """needs -> load -> step -> append, for one input."""
+        state = State(last_event=tx.last_event())
+        if (meta := tx.get("meta", "counters")) is not None:
+            state.put(meta)
+        asked = k.Needs()
+        for _ in range(MAX_ROUNDS):
+            fresh = core.needs(inp, rules, state).beyond(asked)
+            if fresh is None:
+                break
+            load(tx, state, fresh, when)
+            asked = asked | fresh
+        else:
+            raise RuntimeError(f"the needs of {type(inp).__name__} kept growing")  # a bug
+        decision = core.step(state, inp, now=when, rules=rules)
         seqs = tx.append(decision.facts, *_changes(state, decision.touched))
         return Outcome(decision, tuple(seqs))
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernel import step as k
+from kernel import inputs as k
 from kernel.codec import to_data
 from kernel.model import AgentSpec, Rule, Rules
 from kernel.prompt import build_context, build_prompt

@@ -1,8 +1,14 @@
 """The worker loop: claim runnable turns for this worker and run them, a few at a time.
 
-It sleeps on an event that ingest sets ("something new"), with a short timeout so that
-timers, schedules and lapsed leases are noticed too. Waiting costs nothing but this
-one thread: a card waiting for a person is a row in the ledger, not a process.
+It sleeps until something wakes it: ``wake()`` (ingest and the card routes call it for
+every new event in this process, and a finished turn calls it), the instant the last
+tick asked for (``wake_at``: the next timer, lease or schedule the kernel knows of), or
+``poll_s``. At ``poll_s`` it only reads the last fact's number: another process writing
+to a shared ledger (a worker, a CLI answer, a replica) is what nothing here hears of,
+and a pass, a tick (a write) then the claims, runs only when something was written,
+when woken, when ``wake_at`` came, or ``tick_every_s`` after the last tick (each tick
+looks that far ahead for timers and leases). Waiting costs nothing but this one
+thread: a card waiting for a person is a row in the ledger, not a process.
 
 Claims are leases (the rule's ``timeout_s`` plus ``AUTOLOOP_LEASE_MARGIN_S``, default
 120 s), renewed by heartbeats while the agent runs. When a worker dies mid-turn its lease
@@ -22,6 +28,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from ghapp.runtime.hub import Hub
@@ -29,15 +37,29 @@ from kernel.records import Turn
 
 log = logging.getLogger("autoloop.worker")
 
+TICK_EVERY_S = 30.0  # the longest time between two ticks; each looks this far ahead
+MIN_SLEEP_S = 0.01  # a wake_at a hair away (or a pinned clock) must not spin the loop
+
 
 class WorkerLoop:
     def __init__(
-        self, hub: Hub, *, name: str = "local", max_parallel: int = 2, poll_s: float = 1.0
+        self,
+        hub: Hub,
+        *,
+        name: str = "local",
+        max_parallel: int = 2,
+        poll_s: float = 1.0,
+        tick_every_s: float = TICK_EVERY_S,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.hub = hub
         self.name = name
         self.max_parallel = max(1, max_parallel)
         self.poll_s = poll_s
+        self.tick_every_s = max(poll_s, tick_every_s)
+        self.monotonic = monotonic
+        self._ticked = -float("inf")  # monotonic time of the last tick
+        self._seen = -1  # the last fact number at the start of the last pass
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._pool = ThreadPoolExecutor(max_workers=self.max_parallel, thread_name_prefix="turn")
@@ -64,17 +86,44 @@ class WorkerLoop:
     def run(self) -> None:
         self.hub.sweep_cards()
         self.hub.sweep_actions()
+        woken = True
         while not self._stop.is_set():
             try:
-                self.once()
+                self.look(woken=woken)
             except Exception:  # keep serving; the failure is logged (redacted)
                 log.exception("worker loop step failed")
-            self._wake.wait(self.poll_s)
+            woken = self._wake.wait(self.sleep_s())
             self._wake.clear()
+
+    def look(self, *, woken: bool) -> int:
+        """A pass (:meth:`once`) when woken, when a tick is due, or when the ledger changed
+        since the last pass began; otherwise one read and nothing else."""
+        with self.hub.store.read() as tx:
+            mark = tx.last_fact()
+        if not (woken or mark != self._seen or self.tick_due()):
+            return 0
+        self._seen = mark  # what is written from here on is seen at the next look
+        return self.once()
+
+    def sleep_s(self) -> float:
+        """Until the next look: ``poll_s`` at most, less when a tick is due sooner."""
+        until = min(self.poll_s, self._ticked + self.tick_every_s - self.monotonic())
+        wake_at = self.hub.wake_at
+        if wake_at is not None:
+            until = min(until, (wake_at - self.hub.clock()).total_seconds())
+        return max(MIN_SLEEP_S, until)
+
+    def tick_due(self) -> bool:
+        """Whether the kernel asked to be woken by now, or the last tick is too old."""
+        if self.monotonic() >= self._ticked + self.tick_every_s:
+            return True
+        wake_at = self.hub.wake_at
+        return wake_at is not None and wake_at <= self.hub.clock()
 
     def once(self) -> int:
         """One pass: tick, then start as many runnable turns as there are free slots."""
-        self.hub.tick()
+        self._ticked = self.monotonic()
+        self.hub.tick(look_ahead_s=self.tick_every_s)
         for matter, fut in list(self._running.items()):
             if fut.done():
                 del self._running[matter]

@@ -54,6 +54,8 @@ class Tx(Protocol):
 
     def last_event(self) -> int: ...
 
+    def last_fact(self) -> int: ...
+
     def ingest_view(
         self, keys: Sequence[str], matters: Sequence[str]
     ) -> tuple[set[str], int, list[Record]]: ...
@@ -143,6 +145,13 @@ class SqlTx:
     def last_event(self) -> int:
         """The highest recorded event sequence number (0 when there is none)."""
         self.cur.execute("SELECT max(seq) FROM events")
+        row = self.cur.fetchone()
+        return 0 if row is None or row[0] is None else int(row[0])
+
+    def last_fact(self) -> int:
+        """The highest fact sequence number (0 when there is none): whether anything was
+        written since a reader last looked, in one index lookup."""
+        self.cur.execute("SELECT max(seq) FROM facts")
         row = self.cur.fetchone()
         return 0 if row is None or row[0] is None else int(row[0])
 

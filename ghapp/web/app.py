@@ -33,7 +33,7 @@ from ghapp.runtime.ingest import IngestQueue
 from ghapp.runtime.links import CardLinks
 from ghapp.web.cards import form_choice, render_card_page
 from ghapp.web.metrics import Metrics, render_metrics
-from kernel import step as k
+from kernel import inputs as k
 from kernel.model import Event
 from kernel.records import Card
 from plugins.sources.github import translate

@@ -13,6 +13,7 @@ import pytest
 
 from bench import __main__ as runner
 from bench import decision, ledger
+from bench.stats import percentile
 
 
 def assert_measured(figures: dict[str, float], keys: set[str]) -> None:
@@ -21,6 +22,18 @@ def assert_measured(figures: dict[str, float], keys: set[str]) -> None:
     for key in keys:
         value = figures[key]
         assert math.isfinite(value) and value > 0, f"{key} = {value}"
+
+
+def test_the_one_percentile_takes_the_nearest_rank() -> None:
+    values = list(range(100, 0, -1))
+    assert (percentile(values, 0.5), percentile(values, 0.99), percentile(values, 1)) == (
+        51.0,  # rank round(49.5) = 50 of 0..99
+        99.0,
+        100.0,
+    )
+    assert percentile([7], 0.99) == 7.0
+    with pytest.raises(ValueError):
+        percentile([], 0.5)
 
 
 def test_ledger_bench_reports_append_rates_and_the_backlog_burst(tmp_path: Path) -> None:

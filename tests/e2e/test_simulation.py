@@ -20,10 +20,11 @@ from hypothesis import strategies as st
 from ghapp.runtime.ledger import Ledger
 from ghapp.store.base import StoreError
 from ghapp.store.sqlite import SqliteStore
-from kernel import step as k
+from kernel import inputs as k
+from kernel import step as core
 from kernel.model import Rule, Rules, Trigger
 from kernel.records import Action, Matter, Turn
-from tests.kernel_helpers import T0, ev, receipt, rule, rules_of
+from tests.kernel.helpers import T0, ev, receipt, rule, rules_of
 from tests.sim import InvariantBroken, Simulation, run
 
 # ------------------------------------------------------------------ the bounded CI slice
@@ -96,14 +97,14 @@ def test_a_projection_written_behind_the_folds_back_is_caught(tmp_path: Path) ->
 def test_the_simulation_finds_the_emit_routing_bug_when_it_is_put_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fixed = k.emitted_matters
+    fixed = core.emitted_matters
 
     def routed_without_the_matters_subject(
         inp: k.Finish, rules: Rules, rule: Rule | None, subject: str = ""
     ) -> frozenset[str]:
         return fixed(inp, rules, rule)
 
-    monkeypatch.setattr(k, "emitted_matters", routed_without_the_matters_subject)
+    monkeypatch.setattr(core, "emitted_matters", routed_without_the_matters_subject)
     with pytest.raises(InvariantBroken, match=r"projection matter follow/\S+ differs"):
         run(2, 200, tmp_path)
 

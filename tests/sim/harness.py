@@ -32,7 +32,8 @@ from typing import Any
 from ghapp.runtime.ledger import Ledger
 from ghapp.store.base import Tx
 from ghapp.store.sqlite import SqliteStore
-from kernel import step as k
+from kernel import inputs as k
+from kernel.durations import iso, parse_instant
 from kernel.model import Event
 from kernel.records import Action, Card, Matter, Timer, Turn
 from tests.sim import world
@@ -459,7 +460,7 @@ class Simulation:
     def _schedule(self) -> None:
         day = self.now - timedelta(days=self.rnd.choice((0, 0, 1)))
         at = day.replace(hour=2, minute=0, second=0, microsecond=0)
-        reply = self.decide(k.ScheduleDue(rule="nightly", at=k.iso(at)))
+        reply = self.decide(k.ScheduleDue(rule="nightly", at=iso(at)))
         self.moves["schedule"] += 1
         self.expect(reply, "recorded", "duplicate")
 
@@ -545,7 +546,7 @@ class Simulation:
             running: list[Turn] = self.query("turn", states=["running"])
             dues = [t.due for t in timers] + [t.lease_until for t in running]
             if dues:
-                latest = max(k.parse_instant(d) for d in dues)
+                latest = max(parse_instant(d) for d in dues)
                 self.now = max(self.now, latest) + timedelta(seconds=1)
                 self.expect(self.decide(k.Tick()), "ticked")
             self.held.clear()

@@ -14,7 +14,7 @@ import random
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
-from kernel import step as k
+from kernel import inputs as k
 from kernel.model import AgentSpec, Rule, Rules, Trigger
 
 T0 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)

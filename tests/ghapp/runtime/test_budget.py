@@ -17,11 +17,11 @@ import pytest
 from ghapp.runtime.budget import Usage, UsageMeter, cap_notice, day_bounds, usage_between
 from ghapp.runtime.ledger import Ledger
 from ghapp.store.base import open_store
-from kernel import step as k
+from kernel import inputs as k
 from kernel.records import Turn
 from kernel.rules import parse_rules
 from tests.hub_cli import Home, fake_agent
-from tests.kernel_helpers import T0, ev, rule, rules_of
+from tests.kernel.helpers import T0, ev, rule, rules_of
 
 # 18:00 in Shanghai on 30 November; 01:00 on 1 December there is 17:00 UTC.
 MORNING = "2026-11-30T10:00:00+00:00"

@@ -16,9 +16,9 @@ from typing import Any
 
 from ghapp.runtime.hub import Hub
 from ghapp.store.base import Store, open_store
-from kernel import step as k
+from kernel import inputs as k
 from kernel.records import Action
-from tests.kernel_helpers import T0, ev, receipt, rule, rules_of
+from tests.kernel.helpers import T0, ev, receipt, rule, rules_of
 
 RULES = rules_of(rule(allow=("github.comment",)))
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from ghapp.runtime.hub import RedactingLedger
 from ghapp.runtime.redact import MIN_VALUE_LENGTH, Redactor, is_secret_key, mask
-from kernel import step as k
+from kernel import inputs as k
 from kernel.model import Event
 from tests import paths
 

@@ -21,7 +21,7 @@ import pytest
 
 from ghapp.commands.home import Home as OpenedHome
 from ghapp.runtime.turns import prepare, run_agent
-from kernel import step as k
+from kernel import inputs as k
 from kernel.records import Turn
 from kernel.rules import parse_rules
 from plugins.agents.registry import make_agent

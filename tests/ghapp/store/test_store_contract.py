@@ -11,11 +11,12 @@ import pytest
 
 from ghapp.runtime.ledger import Ledger
 from ghapp.store.base import DuplicateFact, Store, StoreError, open_store
-from kernel import step as k
+from kernel import inputs as k
+from kernel.durations import iso
 from kernel.facts import EventRecorded
 from kernel.model import Event
 from kernel.records import EventRow, Matter
-from tests.kernel_helpers import T0, ev, receipt, rule, rules_of
+from tests.kernel.helpers import T0, ev, receipt, rule, rules_of
 
 RULES = rules_of(rule(emits=("ping",)))
 
@@ -29,6 +30,7 @@ def test_facts_and_records_commit_together(store: Store) -> None:
     out = led.decide(k.Ingest(event=ev("1")))
     assert out.reply.code == "recorded"
     with store.read() as tx:
+        assert tx.last_fact() == 1
         assert tx.fact_count() == 1
         m = tx.get("matter", "r")
         assert isinstance(m, Matter) and m.waiting
@@ -40,6 +42,7 @@ def test_facts_and_records_commit_together(store: Store) -> None:
     led.decide(k.Ingest(event=ev("2")))
     with store.read() as tx:
         assert tx.last_event() == 2
+        assert tx.last_fact() == 2
         assert [e.seq for e in tx.query("event") if isinstance(e, EventRow)] == [1, 2]
         assert tx.get("event", "nope") is None
 
@@ -80,6 +83,7 @@ def test_unique_fact_keys_are_enforced(store: Store) -> None:
     with pytest.raises(DuplicateFact), store.write() as tx:
         tx.append([fact], [])
     with store.read() as tx:
+        assert tx.last_fact() == 1
         assert tx.fact_count() == 1
 
 
@@ -88,6 +92,7 @@ def test_duplicate_ingest_is_reported_not_stored(store: Store) -> None:
     led.decide(k.Ingest(event=ev("1")))
     assert led.decide(k.Ingest(event=ev("1"))).reply.code == "duplicate"
     with store.read() as tx:
+        assert tx.last_fact() == 1
         assert tx.fact_count() == 1
 
 
@@ -108,8 +113,8 @@ def test_queries_find_runnable_matters_and_due_timers(store: Store) -> None:
     out = k.AgentOutcome(started=True, ok=True, final_message=receipt('{"later": [{"in": "30m"}]}'))
     led.decide(k.Finish(turn=str(t), fence=1, outcome=out))
     with store.read() as tx:
-        assert tx.query("timer", states=["armed"], due_before=k.iso(T0)) == []
-        later = k.iso(T0 + timedelta(minutes=31))
+        assert tx.query("timer", states=["armed"], due_before=iso(T0)) == []
+        later = iso(T0 + timedelta(minutes=31))
         assert len(tx.query("timer", states=["armed"], due_before=later)) == 1
 
 

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kernel.fence import find_block, find_receipt
 from kernel.model import (
     ActionSpec,
     AskSpec,
@@ -19,7 +20,7 @@ from kernel.model import (
     ReceiptError,
     Rule,
 )
-from kernel.receipt import MAX_BLOCK_BYTES, find_block, find_receipt, parse_receipt
+from kernel.receipt import MAX_BLOCK_BYTES, parse_receipt
 
 RULE = Rule(name="triage", agent="coder", emits=("triage.done", "triage.skipped"))
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from kernel import step as k
+from kernel import inputs as k
 from kernel.model import AgentSpec, Event, Rule, Rules, Trigger
 from kernel.state import State, replay
+from kernel.step import step
 
 T0 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
 
@@ -41,16 +42,9 @@ class Kernel:
         self.state = State()
         self.facts: list[object] = []
         self.now = now
-        self.seen: set[tuple[str, str]] = set()
 
     def step(self, inp: k.Input) -> k.Decision:
-        if isinstance(inp, k.Ingest):
-            key = (inp.event.source, inp.event.id)
-            if key in self.seen:
-                reply = k.Reply(ok=True, code="duplicate")
-                return k.Decision(facts=(), effects=(), reply=reply, touched=frozenset())
-            self.seen.add(key)
-        d = k.step(self.state, inp, now=self.now, rules=self.rules)
+        d = step(self.state, inp, now=self.now, rules=self.rules)
         self.facts.extend(d.facts)
         return d
 

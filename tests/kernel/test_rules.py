@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from kernel.errors import ConfigError, KernelError
 from kernel.model import AgentSpec, ChannelSpec, Event, Rule, SourceSpec, Trigger
-from kernel.rules import matches, matter_id, parse_rules, rules_version, starter_rules_text
+from kernel.routing import matches, matter_of
+from kernel.rules import parse_rules, rules_version, starter_rules_text
 
 AGENT_ADAPTERS = frozenset({"claude", "command", "demo"})
 CHANNEL_ADAPTERS = frozenset({"desktop", "github-comment", "webhook", "console"})
@@ -749,8 +750,8 @@ def test_an_empty_trigger_matches_everything_and_a_schedule_only_rule_nothing() 
 
 
 def test_the_matter_is_the_rule_or_rule_and_subject_when_parallel() -> None:
-    assert matter_id(TRIAGE_RULE, "acme/web#1") == "triage/acme/web#1"
-    assert matter_id(Rule(name="morning", agent="a"), "acme/web#1") == "morning"
+    assert matter_of(TRIAGE_RULE, "acme/web#1") == "triage/acme/web#1"
+    assert matter_of(Rule(name="morning", agent="a"), "acme/web#1") == "morning"
 
 
 # --------------------------------------------------------------------------- properties

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from kernel import step as k
-from kernel.model import Trigger
-from tests.kernel_helpers import Kernel, ev, receipt, rule, rules_of
+from kernel import inputs as k
+from kernel.model import HOP_LIMIT_KEY, Trigger
+from tests.kernel.helpers import Kernel, ev, receipt, rule, rules_of
 
 ASK = receipt(
     json.dumps({"ask": [{"key": "colour", "title": "Pick", "options": ["red", "green", "blue"]}]})
@@ -96,7 +96,7 @@ def test_self_waking_chain_stops_after_max_hops_with_one_card() -> None:
     cut = [e for e in kn.state.events.values() if e.event.hops == 9]
     assert len(cut) == 1 and not cut[0].dispatched
     assert "hop limit" in cut[0].reason
-    hop_cards = [c for c in kn.state.cards.values() if c.key == k.HOP_LIMIT_KEY]
+    hop_cards = [c for c in kn.state.cards.values() if c.key == HOP_LIMIT_KEY]
     assert len(hop_cards) == 1
 
 

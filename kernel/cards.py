@@ -1,0 +1,93 @@
+"""Cards: a person's answer, a channel's delivery, and what the owner is told once.
+
+An answer to a question card becomes an event on the card's matter (the agent resumes
+with it), or, for an approval card, the decision on its write-back.
+"""
+
+from __future__ import annotations
+
+from kernel import facts as f
+from kernel.context import Context
+from kernel.inputs import Answer, Delivered, OwnerNotice, PerformAction, Reply, SendCard
+from kernel.model import OWNER_MATTER, Event
+
+__all__ = ["answer", "delivered", "owner_notice"]
+
+
+def answer(ctx: Context, inp: Answer) -> Reply:
+    st = ctx.state
+    c = st.cards.get(inp.card)
+    if c is None:
+        return Reply(
+            ok=False,
+            code="unknown",
+            message=f"no card {inp.card!r}; run 'autoloop cards' to list open cards",
+        )
+    if c.kind_ != "ask":
+        return Reply(
+            ok=False, code="refused", message=f"card {c.id} is a notice; it takes no answer"
+        )
+    if c.state != "open":
+        prev = c.options[c.choice - 1] if c.choice and c.choice <= len(c.options) else "?"
+        by = f" by {c.answered_by}" if c.answered_by else ""
+        return Reply(
+            ok=False,
+            code="refused",
+            message=f"card {c.id} was already answered ({prev!r}{by}); a card takes one answer",
+        )
+    if not 1 <= inp.choice <= len(c.options):
+        opts = ", ".join(f"{i}={o}" for i, o in enumerate(c.options, 1))
+        return Reply(
+            ok=False,
+            code="invalid",
+            message=f"choice {inp.choice} is not an option of card {c.id} ({opts})",
+        )
+    ctx.emit(f.CardAnswered(card=c.id, choice=inp.choice, by=inp.by, via=inp.via, at=ctx.at))
+    ctx.effects.append(SendCard(card=c.id))
+    chosen = c.options[inp.choice - 1]
+    if c.action is not None:
+        approved = inp.choice == 1
+        ctx.emit(f.ActionDecided(action=c.action, approved=approved, by=inp.by))
+        if approved:
+            ctx.effects.append(PerformAction(action=c.action))
+        return Reply(ok=True, code="answered", message=f"card {c.id}: {chosen}")
+    m = st.matters.get(c.matter)
+    if m is not None and m.id != OWNER_MATTER:
+        ctx.record_event(
+            Event(
+                source="card",
+                id=c.id,
+                type="card.answered",
+                subject=m.subject,
+                summary=f"{c.key}: {chosen}",
+                details={
+                    "card": c.id,
+                    "key": c.key,
+                    "choice": chosen,
+                    "index": inp.choice,
+                    "by": inp.by,
+                    "via": inp.via,
+                },
+                hops=m.hops,
+                matter=m.id,
+            )
+        )
+    return Reply(ok=True, code="answered", message=f"card {c.id}: {chosen}")
+
+
+def delivered(ctx: Context, inp: Delivered) -> Reply:
+    if inp.card not in ctx.state.cards:
+        return Reply(ok=False, code="unknown", message=f"no card {inp.card!r}")
+    ctx.emit(f.CardDelivered(card=inp.card, channel=inp.channel, version=inp.version, ref=inp.ref))
+    return Reply(ok=True, code="recorded")
+
+
+def owner_notice(ctx: Context, inp: OwnerNotice) -> Reply:
+    if ctx.live_card(OWNER_MATTER, inp.key) is not None or any(
+        c.key == inp.key and c.matter == OWNER_MATTER for c in ctx.state.cards.values()
+    ):
+        return Reply(ok=True, code="duplicate", message="the owner was told already")
+    card = ctx.open_card(
+        key=inp.key, matter=OWNER_MATTER, kind="notice", title=inp.title, text=inp.text
+    )
+    return Reply(ok=True, code="recorded", data={"card": card})

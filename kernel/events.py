@@ -1,0 +1,31 @@
+"""Recording an event from outside: once per ``(source, id)``, where the rules route it.
+
+Whether an event's key is stored is in :attr:`kernel.records.State.seen_keys`: the shell
+loads it (``Needs.event_keys``), and each event recorded adds its own, so the same
+event twice in one group of decisions is a duplicate the second time.
+"""
+
+from __future__ import annotations
+
+from kernel.context import Context
+from kernel.facts import event_key
+from kernel.inputs import Ingest, Reply
+
+__all__ = ["ingest"]
+
+
+def ingest(ctx: Context, inp: Ingest) -> Reply:
+    ev = inp.event
+    if event_key(ev) in ctx.state.seen_keys:
+        message = f"duplicate: ({ev.source}, {ev.id}) was recorded before"
+        return Reply(ok=True, code="duplicate", message=message)
+    fact = ctx.record_event(inp.event, reason=inp.ignore)
+    return Reply(
+        ok=True,
+        code="recorded",
+        message=f"event {fact.seq} recorded"
+        + (
+            f", to {', '.join(fact.routes)}" if fact.routes else f" (not dispatched: {fact.reason})"
+        ),
+        data={"seq": fact.seq, "routes": list(fact.routes), "dispatched": fact.dispatched},
+    )

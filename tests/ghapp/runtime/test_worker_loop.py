@@ -1,0 +1,106 @@
+"""The worker loop's timing: it looks at the ledger with one read, and ticks (a write)
+only when woken, when something was written, at the kernel's wake_at, or when the last
+tick is too old."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from ghapp.runtime.worker import MIN_SLEEP_S, WorkerLoop
+
+T0 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
+
+
+class FakeTx:
+    def __init__(self, hub: FakeHub) -> None:
+        self.hub = hub
+
+    def last_fact(self) -> int:
+        return self.hub.last_fact
+
+
+class FakeStore:
+    def __init__(self, hub: FakeHub) -> None:
+        self.hub = hub
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[FakeTx]:
+        yield FakeTx(self.hub)
+
+
+class FakeHub:
+    """What the loop reads of a hub: the store, the clock, the ticks it asks for."""
+
+    def __init__(self) -> None:
+        self.now = T0
+        self.last_fact = 7
+        self.wake_at: datetime | None = None
+        self.ticks: list[float] = []
+        self.store = FakeStore(self)
+
+    def clock(self) -> datetime:
+        return self.now
+
+    def tick(self, *, look_ahead_s: float = 0.0) -> int:
+        self.ticks.append(look_ahead_s)
+        return 0
+
+    def runnable(self, worker: str = "local") -> list[Any]:
+        return []
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def loop_of(hub: FakeHub, clock: Clock) -> WorkerLoop:
+    return WorkerLoop(hub, poll_s=1.0, tick_every_s=30.0, monotonic=clock)
+
+
+def test_a_quiet_ledger_costs_one_read_per_look_and_no_tick() -> None:
+    hub, clock = FakeHub(), Clock()
+    loop = loop_of(hub, clock)
+    loop.look(woken=True)
+    assert hub.ticks == [30.0]  # each tick looks as far ahead as the longest sleep
+    for _ in range(20):
+        clock.t += 1
+        loop.look(woken=False)
+    assert len(hub.ticks) == 1
+
+
+def test_a_write_by_another_process_a_wake_up_or_an_old_tick_each_make_a_pass() -> None:
+    hub, clock = FakeHub(), Clock()
+    loop = loop_of(hub, clock)
+    loop.look(woken=True)
+    hub.last_fact = 8  # another worker claimed, a CLI answered...
+    loop.look(woken=False)
+    loop.look(woken=True)
+    assert len(hub.ticks) == 3
+    clock.t += 30
+    loop.look(woken=False)
+    assert len(hub.ticks) == 4
+
+
+def test_the_kernels_wake_at_sets_the_next_tick() -> None:
+    hub, clock = FakeHub(), Clock()
+    loop = loop_of(hub, clock)
+    loop.look(woken=True)
+    assert loop.sleep_s() == 1.0  # nothing due: the next look at the ledger
+    hub.wake_at = T0 + timedelta(milliseconds=250)
+    assert loop.sleep_s() == 0.25
+    loop.look(woken=False)
+    assert len(hub.ticks) == 1
+    hub.now += timedelta(milliseconds=250)
+    assert loop.sleep_s() == MIN_SLEEP_S  # due now: no spinning, a short sleep
+    loop.look(woken=False)
+    assert len(hub.ticks) == 2
+    hub.wake_at = None
+    clock.t += 29.5
+    assert loop.sleep_s() == 0.5  # the longest gap between ticks comes first
