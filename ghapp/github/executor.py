@@ -34,8 +34,7 @@ back first.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ghapp.github.client import GitHubClient
@@ -46,6 +45,16 @@ from ghapp.github.errors import (
     ServerError,
     Unauthorized,
     Unreachable,
+)
+from ghapp.github.writes import (
+    MARK,
+    Target,
+    defuse,
+    find_marked,
+    login_of,
+    marker,
+    subject_target,
+    target_of,
 )
 from kernel.records import Action
 from plugins.protocols import ActionFailed
@@ -61,73 +70,15 @@ __all__ = [
     "target_of",
 ]
 
-#: Every hidden marker the App writes starts so (the webhook translator drops such comments).
-MARK = "<!-- autoloop:"
 MAX_ATTEMPTS = 20  # then the action is recorded failed instead of retried forever
 REVIEW_EVENTS = ("APPROVE", "REQUEST_CHANGES", "COMMENT")
 MERGE_METHODS = ("merge", "squash", "rebase")
 CLOSE_REASONS = ("completed", "not_planned")
 TRANSIENT = (AmbiguousWrite, RateLimited, ServerError, Unreachable, Unauthorized)
 
-_REPO = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
-_SUBJECT = re.compile(r"^([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)#([1-9][0-9]{0,9})$")
 _SHA = re.compile(r"^[0-9a-fA-F]{7,64}$")
 
 JSON = dict[str, Any]
-
-
-# --------------------------------------------------------------------------- shared helpers
-
-
-def marker(kind: str, ident: str) -> str:
-    return f"{MARK}{kind}={ident} -->"
-
-
-def defuse(text: str) -> str:
-    """Text written by an agent or a person, made unable to pass for one of our markers."""
-    return text.replace(MARK, "&lt;!-- autoloop:")
-
-
-def _login(user: object) -> str:
-    login = user.get("login") if isinstance(user, Mapping) else None
-    return login.lower() if isinstance(login, str) else ""
-
-
-def find_marked(items: Iterable[Mapping[str, Any]], mark: str, bot_login: str) -> JSON | None:
-    """The first comment or review written by ``bot_login`` whose body holds ``mark``."""
-    for item in items:
-        body = item.get("body")
-        if _login(item.get("user")) == bot_login.lower() and isinstance(body, str) and mark in body:
-            return dict(item)
-    return None
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    repo: str
-    number: int
-
-    def __str__(self) -> str:
-        return f"{self.repo}#{self.number}"
-
-
-def subject_target(subject: str) -> Target | None:
-    """``owner/repo#N`` as a target; None for any other subject."""
-    found = _SUBJECT.match(subject or "")
-    return Target(found.group(1), int(found.group(2))) if found else None
-
-
-def target_of(params: Mapping[str, Any]) -> Target:
-    repo, number = params.get("repo"), params.get("number")
-    if not isinstance(repo, str) or not _REPO.match(repo):
-        raise ActionFailed(
-            f"'repo' must be 'owner/name', not {repo!r}: name the repository of the issue or PR"
-        )
-    if isinstance(number, bool) or not isinstance(number, int) or number < 1:
-        raise ActionFailed(
-            f"'number' must be the issue or pull request number (a whole number), not {number!r}"
-        )
-    return Target(repo, number)
 
 
 def _names(params: Mapping[str, Any], key: str, *, single: str | None = None) -> list[str]:
@@ -293,7 +244,7 @@ class GitHubExecutor:
         want = _names(action.params, "assignees", single="assignee")
         todo = want
         if retry:
-            have = {_login(a) for a in self._issue(t).get("assignees") or []}
+            have = {login_of(a) for a in self._issue(t).get("assignees") or []}
             todo = [n for n in want if n.lower() not in have]
         read_back = retry
         if todo:
@@ -301,7 +252,7 @@ class GitHubExecutor:
                 self.client.add_assignees(t.repo, t.number, todo)
             except AmbiguousWrite:
                 read_back = True
-                have = {_login(a) for a in self._issue(t).get("assignees") or []}
+                have = {login_of(a) for a in self._issue(t).get("assignees") or []}
                 rest = [n for n in todo if n.lower() not in have]
                 if rest:
                     self.client.add_assignees(t.repo, t.number, rest)
