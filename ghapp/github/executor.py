@@ -1,6 +1,6 @@
 """Receipt actions in the ``github`` namespace, each applied to GitHub exactly once.
 
-``hub.executors["github"] = GitHubExecutor(client, bot_login)``. The hub records an
+``hub.executors["github"] = GitHubExecutor(client, bot_login, app_id=app_id)``. The hub records an
 attempt in the ledger *before* it calls :meth:`GitHubExecutor.perform`, so an action
 that reaches us with ``attempts > 0`` may already have been applied (a crash, a lost
 answer, a raised error). Every operation therefore follows one pattern:
@@ -23,10 +23,20 @@ review bodies. The action id is the deterministic idempotency key.
 | ``github.assign`` | ``assignees`` | the issue's assignees |
 | ``github.review`` | ``event`` (APPROVE, REQUEST_CHANGES, COMMENT), ``body`` | reviews, by marker |
 | ``github.merge`` | ``sha`` (the head the decision was made on), ``method`` | the PR: merged? |
+| ``github.update_branch`` | ``expected_head_sha`` | the PR: updated from that head? |
+| ``github.ready`` | ``head_sha`` | the PR: still a draft? |
+| ``github.progress`` | ``seq``, ``head_sha``, the check run's and comment's text | both |
+| ``github.delete_branch`` | ``ref`` | the branch: gone? |
+
+The last four are the delivery pipeline's (:mod:`ghapp.github.delivery`, which says
+more). The merge answers the merge commit's ``sha``.
 
 Every action names ``repo`` (``owner/name``) and ``number``. Bad parameters and GitHub's
 refusals (404, 403, 409, 422...) raise :class:`~plugins.protocols.ActionFailed`: the action is
-recorded failed and a notice card says why. Transient trouble (no answer, 5xx, rate
+recorded failed and a notice card says why; for the writes the pipeline reads back
+(merge, review and the delivery's), the error starts with the outcome
+(``[head_moved]``, ``[conflict]``, ``[refused]``, ``[ambiguous]``, see
+:func:`ghapp.github.delivery.write_result`). Transient trouble (no answer, 5xx, rate
 limits) propagates: the action stays allowed and the next sweep retries it, reading
 back first.
 """
@@ -38,6 +48,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ghapp.github.client import GitHubClient
+from ghapp.github.delivery import TAGGED, DeliveryWrites, outcome_of, refusal
 from ghapp.github.errors import (
     AmbiguousWrite,
     GitHubError,
@@ -109,11 +120,17 @@ class GitHubExecutor:
     """Performs ``github.*`` actions through one :class:`GitHubClient`."""
 
     def __init__(
-        self, client: GitHubClient, bot_login: str, *, max_attempts: int = MAX_ATTEMPTS
+        self,
+        client: GitHubClient,
+        bot_login: str,
+        *,
+        app_id: int | None = None,
+        max_attempts: int = MAX_ATTEMPTS,
     ) -> None:
         self.client = client
         self.bot_login = bot_login
         self.max_attempts = max_attempts
+        self.delivery = DeliveryWrites(client, bot_login, app_id=app_id)
         self._ops: dict[str, Callable[[Action, Target, bool], JSON]] = {
             "comment": self._comment,
             "label": self._label,
@@ -123,6 +140,10 @@ class GitHubExecutor:
             "assign": self._assign,
             "review": self._review,
             "merge": self._merge,
+            "update_branch": self.delivery.update_branch,
+            "ready": self.delivery.ready,
+            "progress": self.delivery.progress,
+            "delete_branch": self.delivery.delete_branch,
         }
 
     def perform(self, action: Action) -> Mapping[str, Any]:
@@ -131,18 +152,22 @@ class GitHubExecutor:
         if op is None:
             known = ", ".join(f"github.{v}" for v in self._ops)
             raise ActionFailed(f"unknown action {action.do!r}; this executor knows {known}")
+        tagged = action.do in TAGGED
         if action.attempts >= self.max_attempts:
-            raise ActionFailed(
+            text = (
                 f"gave up after {action.attempts} attempts; the last error was: "
                 f"{action.error or 'none recorded'}"
             )
+            # Earlier attempts may have been applied: for the pipeline, that is unclear.
+            raise refusal("ambiguous", text) if tagged else ActionFailed(text)
         target = target_of(action.params)
         try:
             return op(action, target, action.attempts > 0)
         except TRANSIENT:
             raise
         except GitHubError as exc:
-            raise ActionFailed(f"GitHub refused {action.do} on {target}: {exc}") from exc
+            text = f"GitHub refused {action.do} on {target}: {exc}"
+            raise (refusal(outcome_of(exc), text) if tagged else ActionFailed(text)) from exc
 
     # -- comments ----------------------------------------------------------------------
 
@@ -320,9 +345,11 @@ class GitHubExecutor:
         if pr.get("merged") is True:
             return {"merged": True, "sha": pr.get("merge_commit_sha"), "read_back": True}
         if pr.get("state") == "closed":
-            raise ActionFailed(f"{t} was closed without being merged")
+            raise refusal("refused", f"{t} was closed without being merged")
         head = pr.get("head")
         head_sha = head.get("sha") if isinstance(head, Mapping) else None
         if isinstance(head_sha, str) and head_sha.lower() != sha.lower():
-            raise ActionFailed(f"the head of {t} moved from {sha} to {head_sha}; not merged")
+            raise refusal(
+                "head_moved", f"the head of {t} moved from {sha} to {head_sha}; not merged"
+            )
         return None
