@@ -16,6 +16,7 @@ from fakegithub.server import SandboxHandle, running_sandbox
 from ghapp.github import retry
 from ghapp.github.client import GitHubClient
 from ghapp.github.snapshot import Extras, ReadCache, read_policy, read_snapshot
+from ghapp.github.version import compare_with, probe_version
 from pipeline import (
     Attempt,
     Delivery,
@@ -23,12 +24,14 @@ from pipeline import (
     Policy,
     PolicyProblem,
     ReviewRule,
+    VersionObservation,
     WriteResult,
     checks_verdict,
     deployment_verdict,
     merge_readiness,
     review_verdict,
     start,
+    version_verdict,
 )
 from pipeline.snapshot import GITHUB_ACTIONS_APP_ID, PullSnapshot
 
@@ -424,3 +427,78 @@ def test_permissions_are_remembered_for_a_short_while_only(
     assert cache.permission(gh, sandbox.repo, "reader") == "read"
     clock[0] = 61.0
     assert cache.permission(gh, sandbox.repo, "reader") == "write"
+
+
+# ------------------------------------------------------------------------ live version
+
+
+def live_url(sandbox: SandboxHandle) -> str:
+    return f"{sandbox.api_url}/_sandbox/live/{sandbox.repo}"
+
+
+def test_the_live_version_matches_once_the_merge_or_a_descendant_is_deployed(
+    sandbox: SandboxHandle, gh: GitHubClient
+) -> None:
+    number = open_pr(sandbox, "live")
+    merge_sha = sandbox.world.merge("maintainer", number)
+    compare = compare_with(gh, sandbox.repo, ReadCache())
+    with httpx.Client() as http:
+        before = probe_version(http, live_url(sandbox), "sha", merge_sha, 1, compare=compare)
+        initial = sandbox.world.live()["sha"]
+        assert (before.sha, before.matches, before.error) == (initial, False, "")
+        sandbox.world.set_deploy(delay=0)
+        later = sandbox.world.push("maintainer", "main", {"later.txt": "1"})
+        assert sandbox.world.settle()
+        after = probe_version(
+            http, live_url(sandbox), "sha", merge_sha, 2, compare=compare, now=lambda: NOW
+        )
+    assert after == VersionObservation(
+        attempt=2, at="2026-07-01T12:00:00.000000+00:00", sha=later, matches=True
+    )
+    obs = (before, after)
+    assert version_verdict(obs, since=1, needed=1).kind == "live"
+
+
+def test_a_version_probe_that_gets_no_answer_says_why(
+    sandbox: SandboxHandle, gh: GitHubClient
+) -> None:
+    compare = compare_with(gh, sandbox.repo, ReadCache())
+    head = sandbox.world.live()["sha"]
+    with httpx.Client() as http:
+        missing = probe_version(
+            http, f"{sandbox.api_url}/_sandbox/live/sandbox/none", "sha", head, 1, compare=compare
+        )
+        no_field = probe_version(http, live_url(sandbox), "commit", head, 2, compare=compare)
+        nested = probe_version(http, live_url(sandbox), "build.sha", head, 3, compare=compare)
+    assert (missing.sha, missing.matches) == (None, False)
+    assert missing.error.startswith("HTTP 400 from ")  # the sandbox has no such repository
+    assert no_field.sha is None and "'commit'" in no_field.error
+    assert nested.sha is None
+
+    def hang(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("slow", request=request)
+
+    with httpx.Client(transport=httpx.MockTransport(hang)) as slow:
+        late = probe_version(slow, "https://example.test/version", "sha", head, 4, compare=compare)
+    assert late.sha is None and "within 5s" in late.error
+
+    def not_json(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, text="<html>ok</html>")
+
+    with httpx.Client(transport=httpx.MockTransport(not_json)) as html:
+        odd = probe_version(html, "https://example.test/version", "sha", head, 5, compare=compare)
+    assert odd.sha is None and "not JSON" in odd.error
+
+
+def test_a_reported_version_github_does_not_know_never_matches(
+    sandbox: SandboxHandle, gh: GitHubClient
+) -> None:
+    compare = compare_with(gh, sandbox.repo, ReadCache())
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"build": {"sha": "v1.2.3"}})
+
+    head = sandbox.world.live()["sha"]
+    with httpx.Client(transport=httpx.MockTransport(answer)) as http:
+        found = probe_version(http, "https://example.test/v", "build.sha", head, 1, compare=compare)
+    assert (found.sha, found.matches, found.error) == ("v1.2.3", False, "")
