@@ -5,6 +5,11 @@
 - ``sansio``: webhook signatures, webhook headers and rate-limit headers, without I/O
 - ``errors``: the ``GitHubError`` tree; ``retry``: the one retry policy (reads only)
 - ``executor``: ``GitHubExecutor``, receipt actions applied exactly once
+- ``writes``: what write-backs share: hidden markers, targets
+- ``snapshot``: the delivery's reads: ``read_policy``, ``read_snapshot``
+- ``delivery``: the delivery's writes (update branch, ready, progress, delete branch),
+  ``write_result`` and ``effect_action``
+- ``version``: ``probe_version``, the live-version probe
 - ``channel``: ``GitHubCommentChannel``, a card as one comment
 - ``answers``: ``AnswerDesk``, ``/answer CARD N`` comments as answers
 - ``sweeper``: ``Sweeper``, what the webhooks missed, found again
