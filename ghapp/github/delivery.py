@@ -154,7 +154,9 @@ def effect_action(
     """
     base: dict[str, Any] = {"repo": delivery.repo, "number": delivery.number, "key": effect.key}
     if isinstance(effect, Merge):
-        return "github.merge", {**base, "sha": effect.sha, "method": effect.method}
+        # The pipeline reconciles an unclear merge itself: the outbox must not retry it.
+        params = {**base, "sha": effect.sha, "method": effect.method, "reconcile": True}
+        return "github.merge", params
     if isinstance(effect, UpdateBranch):
         return "github.update_branch", {**base, "expected_head_sha": effect.expected_head_sha}
     if isinstance(effect, MarkReady):

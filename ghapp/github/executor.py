@@ -22,14 +22,16 @@ review bodies. The action id is the deterministic idempotency key.
 | ``github.close`` / ``github.reopen`` | ``reason`` (close: completed, not_planned) | state |
 | ``github.assign`` | ``assignees`` | the issue's assignees |
 | ``github.review`` | ``event`` (APPROVE, REQUEST_CHANGES, COMMENT), ``body`` | reviews, by marker |
-| ``github.merge`` | ``sha`` (the head the decision was made on), ``method`` | the PR: merged? |
+| ``github.merge`` | ``sha`` (the head decided on), ``method``, ``reconcile`` | the PR: merged? |
 | ``github.update_branch`` | ``expected_head_sha`` | the PR: updated from that head? |
 | ``github.ready`` | ``head_sha`` | the PR: still a draft? |
 | ``github.progress`` | ``seq``, ``head_sha``, the check run's and comment's text | both |
 | ``github.delete_branch`` | ``ref`` | the branch: gone? |
 
 The last four are the delivery pipeline's (:mod:`ghapp.github.delivery`, which says
-more). The merge answers the merge commit's ``sha``.
+more). The merge answers the merge commit's ``sha``; with ``reconcile: true`` (the
+pipeline's merges) a merge that reads back unmerged after an unclear answer is recorded
+failed as ``[ambiguous]`` instead of being tried again, since the pipeline reconciles it.
 
 Every action names ``repo`` (``owner/name``) and ``number``. Bad parameters and GitHub's
 refusals (404, 403, 409, 422...) raise :class:`~plugins.protocols.ActionFailed`: the action is
@@ -324,19 +326,27 @@ class GitHubExecutor:
             raise ActionFailed(
                 f"'method' must be one of {', '.join(MERGE_METHODS)}, not {method!r}"
             )
+        # ``reconcile``: the caller (the delivery pipeline) settles an unclear merge by
+        # reading the PR back itself, so one that is not merged yet is reported as
+        # unclear and never attempted again by this action.
+        reconcile = action.params.get("reconcile") is True
         if retry:
             done = self._merged(t, sha)
             if done is not None:
                 return done
+            if reconcile:
+                raise refusal("ambiguous", f"an earlier attempt to merge {t} may be under way")
         try:
             made = self.client.merge_pull(t.repo, t.number, sha=sha, merge_method=str(method))
-        except AmbiguousWrite:
+        except AmbiguousWrite as exc:
             # Never merge twice: read the pull request back; if it is not merged, the
             # next sweep tries again (and reads back first).
             done = self._merged(t, sha)
-            if done is None:
-                raise
-            return done
+            if done is not None:
+                return done
+            if reconcile:
+                raise refusal("ambiguous", f"no clear answer to the merge of {t}: {exc}") from exc
+            raise
         return {"merged": True, "sha": made.get("sha"), "read_back": retry}
 
     def _merged(self, t: Target, sha: str) -> JSON | None:

@@ -283,7 +283,7 @@ def test_a_merge_whose_answer_is_lost_is_read_back_and_made_once(
     number, head = open_pr(sandbox, "merge-me")
     sandbox.world.faults.add("response_lost", method="PUT", path="*/merge")
     params = {"repo": sandbox.repo, "number": number, "sha": head, "method": "squash"}
-    act = action("github.merge", key="merge-1", **params)
+    act = action("github.merge", key="merge-1", reconcile=True, **params)
     done = outbox(ex, act)
     assert done.status == "done" and done.result["read_back"] is True
     again = outbox(ex, replace(act, attempts=1))
@@ -324,16 +324,32 @@ def test_merge_refusals_say_head_moved_or_refused(
     assert writes(sandbox, "PUT", "/merge") == 0
 
 
-def test_a_merge_lost_and_not_applied_stays_unclear_for_the_pipeline(
+def test_a_pipeline_merge_lost_and_not_applied_is_unclear_and_not_tried_again(
     sandbox: SandboxHandle, ex: GitHubExecutor
 ) -> None:
     number, head = open_pr(sandbox, "unclear")
+    sandbox.world.faults.add("error_502", method="PUT", path="*/merge")
+    params = {"repo": sandbox.repo, "number": number, "sha": head, "reconcile": True}
+    unclear = outbox(ex, action("github.merge", **params))
+    assert unclear.status == "failed"  # the pipeline reads the PR back, not the outbox
+    answer = write_result(unclear)
+    assert answer is not None and answer.outcome == "ambiguous"
+    retried = write_result(outbox(ex, replace(action("github.merge", **params), attempts=1)))
+    assert retried is not None and retried.outcome == "ambiguous"  # read back, not resent
+    assert writes(sandbox, "PUT", "/merge") == 0
+
+
+def test_a_receipt_merge_lost_and_not_applied_is_left_to_the_next_sweep(
+    sandbox: SandboxHandle, ex: GitHubExecutor
+) -> None:
+    number, head = open_pr(sandbox, "sweep")
     sandbox.world.faults.add("error_502", method="PUT", path="*/merge")
     pending = outbox(ex, action("github.merge", repo=sandbox.repo, number=number, sha=head))
     assert pending.status == "allowed"  # the outbox will retry it, reading back first
     answer = write_result(pending)
     assert answer is not None and answer.outcome == "ambiguous"
-    assert writes(sandbox, "PUT", "/merge") == 0
+    assert outbox(ex, pending).status == "done"  # the sweep: not merged yet, so it merges
+    assert writes(sandbox, "PUT", "/merge") == 1
 
 
 # ----------------------------------------------------------------------- delete branch
@@ -377,7 +393,7 @@ def test_each_github_effect_becomes_one_action() -> None:
         (
             Merge(key="m", sha="a" * 40, method="rebase"),
             "github.merge",
-            {"sha": "a" * 40, "method": "rebase"},
+            {"sha": "a" * 40, "method": "rebase", "reconcile": True},
         ),
         (
             UpdateBranch(key="u", expected_head_sha="a" * 40),
