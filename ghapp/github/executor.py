@@ -38,7 +38,7 @@ refusals (404, 403, 409, 422...) raise :class:`~plugins.protocols.ActionFailed`:
 recorded failed and a notice card says why; for the writes the pipeline reads back
 (merge, review and the delivery's), the error starts with the outcome
 (``[head_moved]``, ``[conflict]``, ``[refused]``, ``[ambiguous]``, see
-:func:`ghapp.github.delivery.write_result`). Transient trouble (no answer, 5xx, rate
+:func:`ghapp.github.outcomes.write_result`). Transient trouble (no answer, 5xx, rate
 limits) propagates: the action stays allowed and the next sweep retries it, reading
 back first.
 """
@@ -50,7 +50,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ghapp.github.client import GitHubClient
-from ghapp.github.delivery import TAGGED, DeliveryWrites, outcome_of, refusal
+from ghapp.github.delivery import DeliveryWrites
 from ghapp.github.errors import (
     AmbiguousWrite,
     GitHubError,
@@ -59,6 +59,7 @@ from ghapp.github.errors import (
     Unauthorized,
     Unreachable,
 )
+from ghapp.github.outcomes import TAGGED, outcome_of, refusal
 from ghapp.github.writes import (
     MARK,
     Target,

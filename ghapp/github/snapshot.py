@@ -42,15 +42,13 @@ still reports such a PR ``blocked`` until the checks pass, and the pipeline wait
 
 from __future__ import annotations
 
-import threading
-import time
-from collections import OrderedDict
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeGuard
 
 from ghapp.github.client import GitHubClient
 from ghapp.github.errors import Forbidden, NotFound, Unprocessable
+from ghapp.github.readcache import CONTAINS, DEFAULT_CACHE, ReadCache
 from pipeline.delivery import Delivery
 from pipeline.policy import POLICY_PATH, Policy, PolicyProblem, parse_policy
 from pipeline.snapshot import (
@@ -66,20 +64,11 @@ from pipeline.snapshot import (
     WriteResult,
 )
 
-__all__ = [
-    "DEPLOYMENTS_READ",
-    "Extras",
-    "ReadCache",
-    "read_policy",
-    "read_snapshot",
-]
+__all__ = ["DEPLOYMENTS_READ", "Extras", "read_policy", "read_snapshot"]
 
 DEPLOYMENTS_READ = 10  # the newest deployments of the environment looked at
-PERMISSION_TTL_S = 300.0
-CACHE_SIZE = 4096
 WRITERS = frozenset({"admin", "write"})  # the client reports "maintain" as "write"
 _DECISIVE = frozenset({"APPROVED", "CHANGES_REQUESTED", "DISMISSED"})
-CONTAINS = frozenset({"identical", "ahead"})  # compare base...head: head holds base
 
 JSON = Mapping[str, Any]
 
@@ -93,86 +82,6 @@ class Extras:
     findings: ReviewFindings | None = None
     versions: tuple[VersionObservation, ...] = ()
     answer: CardAnswer | None = None
-
-
-class ReadCache:
-    """What snapshots may remember, per process and GitHub: facts about commits (their
-    parents, whether one contains another) for good, and people's permissions for a
-    short while. Thread-safe; the oldest entries go first past ``size``."""
-
-    def __init__(
-        self,
-        *,
-        permission_ttl_s: float = PERMISSION_TTL_S,
-        size: int = CACHE_SIZE,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.permission_ttl_s = permission_ttl_s
-        self.size = size
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._entries: OrderedDict[Hashable, tuple[float | None, object]] = OrderedDict()
-
-    def _get(self, key: Hashable) -> tuple[bool, object]:
-        with self._lock:
-            found = self._entries.get(key)
-            if found is None:
-                return False, None
-            expires, value = found
-            if expires is not None and expires <= self._clock():
-                del self._entries[key]
-                return False, None
-            return True, value
-
-    def _put(self, key: Hashable, value: object, ttl_s: float | None) -> None:
-        with self._lock:
-            expires = None if ttl_s is None else self._clock() + ttl_s
-            self._entries[key] = (expires, value)
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.size:
-                self._entries.popitem(last=False)
-
-    def permission(self, client: GitHubClient, repo: str, login: str) -> str:
-        key = ("permission", client.base_url, repo.lower(), login.lower())
-        hit, value = self._get(key)
-        if hit and isinstance(value, str):
-            return value
-        found = client.get_collaborator_permission(repo, login)
-        self._put(key, found, self.permission_ttl_s)
-        return found
-
-    def parents(self, client: GitHubClient, repo: str, sha: str) -> tuple[str, ...]:
-        key = ("parents", client.base_url, repo.lower(), sha)
-        hit, value = self._get(key)
-        if hit and isinstance(value, tuple):
-            return value
-        commit = client.get_commit(repo, sha)
-        found = tuple(
-            p["sha"]
-            for p in _list(commit, "parents")
-            if isinstance(p, Mapping) and isinstance(p.get("sha"), str)
-        )
-        if _str(commit, "sha") == sha:  # only an answer about this very commit is kept
-            self._put(key, found, None)
-        return found
-
-    def compare_status(self, client: GitHubClient, repo: str, base: str, head: str) -> str:
-        """GitHub's compare ``status`` of two commits (identical, ahead, behind, diverged),
-        "" when GitHub knows no such commit. Only for shas: branch names move."""
-        key = ("compare", client.base_url, repo.lower(), base, head)
-        hit, value = self._get(key)
-        if hit and isinstance(value, str):
-            return value
-        try:
-            status = _str(client.compare(repo, base, head), "status")
-        except (NotFound, Unprocessable):
-            return ""
-        if status:
-            self._put(key, status, None)
-        return status
-
-
-DEFAULT_CACHE = ReadCache()
 
 
 # ------------------------------------------------------------------------------- policy

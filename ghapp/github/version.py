@@ -19,7 +19,7 @@ import httpx
 
 from ghapp.github.client import GitHubClient
 from ghapp.github.errors import GitHubError
-from ghapp.github.snapshot import CONTAINS, DEFAULT_CACHE, ReadCache
+from ghapp.github.readcache import CONTAINS, DEFAULT_CACHE, ReadCache
 from kernel.step import iso
 from pipeline.snapshot import VersionObservation
 

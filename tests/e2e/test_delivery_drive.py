@@ -22,9 +22,10 @@ from fakegithub.model import CheckRun
 from fakegithub.server import SandboxHandle, running_sandbox
 from ghapp.github import retry
 from ghapp.github.client import GitHubClient
-from ghapp.github.delivery import effect_action, write_result
 from ghapp.github.executor import GitHubExecutor
-from ghapp.github.snapshot import Extras, ReadCache, read_policy, read_snapshot
+from ghapp.github.outcomes import effect_action, write_result
+from ghapp.github.readcache import ReadCache
+from ghapp.github.snapshot import Extras, read_policy, read_snapshot
 from ghapp.github.version import compare_with, probe_version
 from kernel.records import Action
 from pipeline import (

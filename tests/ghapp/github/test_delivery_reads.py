@@ -15,7 +15,8 @@ import pytest
 from fakegithub.server import SandboxHandle, running_sandbox
 from ghapp.github import retry
 from ghapp.github.client import GitHubClient
-from ghapp.github.snapshot import Extras, ReadCache, read_policy, read_snapshot
+from ghapp.github.readcache import ReadCache
+from ghapp.github.snapshot import Extras, read_policy, read_snapshot
 from ghapp.github.version import compare_with, probe_version
 from pipeline import (
     Attempt,

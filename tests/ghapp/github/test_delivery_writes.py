@@ -14,8 +14,8 @@ import pytest
 from fakegithub.server import SandboxHandle, running_sandbox
 from ghapp.github import retry
 from ghapp.github.client import GitHubClient
-from ghapp.github.delivery import effect_action, write_result
 from ghapp.github.executor import GitHubExecutor
+from ghapp.github.outcomes import effect_action, write_result
 from kernel.records import Action
 from pipeline import (
     DeleteBranch,
