@@ -209,7 +209,6 @@ ROUTES = [
     Route(f"{REPO}/contents/{{path:path}}", get_contents, methods=["GET"]),
     Route(f"{REPO}/contents/{{path:path}}", put_file, methods=["PUT"]),
     Route(f"{REPO}/commits/{{ref}}", get_commit, methods=["GET"]),
-    Route(f"{REPO}/branches/{{branch}}", get_branch, methods=["GET"]),
     Route(f"{REPO}/compare/{{basehead:path}}", compare, methods=["GET"]),
     Route(f"{REPO}/git/refs/{{ref:path}}", delete_ref, methods=["DELETE"]),
     Route(
@@ -218,6 +217,8 @@ ROUTES = [
         methods=["GET"],
     ),
     Route(f"{REPO}/rules/branches/{{branch:path}}", branch_rules, methods=["GET"]),
+    # After the protection route: a branch name may hold slashes (``feature/x``).
+    Route(f"{REPO}/branches/{{branch:path}}", get_branch, methods=["GET"]),
     Route(
         f"{REPO}/collaborators/{{username}}/permission", collaborator_permission, methods=["GET"]
     ),

@@ -138,7 +138,7 @@ def read_snapshot(
     required: tuple[Required, ...] = ()
     behind = False
     if before_merge:
-        behind = _int(client.compare(repo, base_ref, head_sha), "behind_by") > 0
+        behind = _behind(client, repo, base_ref, head_sha)
         runs = _check_runs(client, repo, head_sha)
         statuses = _statuses(client, repo, head_sha)
         required = _protection(client, repo, base_ref) + _rulesets(client, repo, base_ref)
@@ -201,6 +201,15 @@ def _merge_sha(delivery: Delivery, pull: JSON, merged: bool, extras: Extras) -> 
             if result.key == attempt.key and result.outcome == "done" and result.merge_commit_sha:
                 return result.merge_commit_sha
     return (_str(pull, "merge_commit_sha") or None) if merged else None
+
+
+def _behind(client: GitHubClient, repo: str, base_ref: str, head_sha: str) -> bool:
+    """compare base...head: the base has commits the head lacks (False when GitHub cannot
+    compare them, say the base branch is gone: the PR's merge state still tells)."""
+    try:
+        return _int(client.compare(repo, base_ref, head_sha), "behind_by") > 0
+    except (NotFound, Unprocessable):
+        return False
 
 
 def _base_status(client: GitHubClient, repo: str, head_sha: str, base_ref: str) -> str:

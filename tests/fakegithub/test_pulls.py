@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from fakegithub.server import SandboxHandle, running_sandbox
+from tests.fakegithub.helpers import check_webhook
 
 
 @pytest.fixture
@@ -179,13 +180,17 @@ def test_protection_lists_its_checks_with_their_apps(sandbox: SandboxHandle) -> 
 def test_a_merged_branch_is_deleted_once_and_the_default_branch_never(
     sandbox: SandboxHandle,
 ) -> None:
-    number = sandbox.world.open_pr("contributor", "gone", "Gone", files={"a.txt": "1"})
+    number = sandbox.world.open_pr("contributor", "fix/gone", "Gone", files={"a.txt": "1"})
     sandbox.world.merge("maintainer", number)
     with client(sandbox) as gh:
-        assert gh.delete("/repos/sandbox/demo/git/refs/heads/gone").status_code == 204
-        again = gh.delete("/repos/sandbox/demo/git/refs/heads/gone")
+        assert gh.get("/repos/sandbox/demo/branches/fix/gone").json()["name"] == "fix/gone"
+        assert gh.delete("/repos/sandbox/demo/git/refs/heads/fix/gone").status_code == 204
+        again = gh.delete("/repos/sandbox/demo/git/refs/heads/fix/gone")
         assert (again.status_code, again.json()["message"]) == (422, "Reference does not exist")
-        assert gh.get("/repos/sandbox/demo/branches/gone").status_code == 404
+        assert gh.get("/repos/sandbox/demo/branches/fix/gone").status_code == 404
         assert gh.delete("/repos/sandbox/demo/git/refs/heads/main").status_code == 422
+        protection = gh.get("/repos/sandbox/demo/branches/main/protection/required_status_checks")
+        assert protection.json()["message"] == "Branch not protected"
     (deleted,) = [e for e in sandbox.world.events if e.name == "push" and e.payload["deleted"]]
-    assert deleted.payload["ref"] == "refs/heads/gone"
+    assert deleted.payload["ref"] == "refs/heads/fix/gone"
+    check_webhook("push", deleted.payload)

@@ -358,8 +358,8 @@ def test_a_receipt_merge_lost_and_not_applied_is_left_to_the_next_sweep(
 def test_the_merged_branch_is_deleted_once(
     sandbox: SandboxHandle, gh: GitHubClient, ex: GitHubExecutor
 ) -> None:
-    number, _ = open_pr(sandbox, "done-branch")
-    act = action("github.delete_branch", repo=sandbox.repo, number=number, ref="done-branch")
+    number, _ = open_pr(sandbox, "fix/done")
+    act = action("github.delete_branch", repo=sandbox.repo, number=number, ref="fix/done")
     early = write_result(outbox(ex, act))
     assert early is not None and early.outcome == "refused"  # not merged yet
     sandbox.world.merge("maintainer", number)
@@ -367,8 +367,8 @@ def test_the_merged_branch_is_deleted_once(
     done = outbox(ex, act)
     assert done.status == "done" and done.result["read_back"] is True
     assert outbox(ex, replace(act, attempts=1)).result["gone"] is True
-    assert gh.get_branch(sandbox.repo, "done-branch") is None
-    assert writes(sandbox, "DELETE", "/git/refs/heads/done-branch") == 1
+    assert gh.get_branch(sandbox.repo, "fix/done") is None
+    assert writes(sandbox, "DELETE", "/git/refs/heads/fix/done") == 1
 
 
 def test_a_branch_pushed_to_after_the_merge_is_kept(
