@@ -17,16 +17,19 @@ class Requirements:
     contexts: tuple[str, ...]
     strict: bool
     approvals: int
+    apps: dict[str, int]  # a context that only counts when this app (integration) reports it
 
 
 def requirements(repo: Repo, branch: str) -> Requirements:
     """Branch protection and active rulesets for ``branch``, combined."""
     contexts: list[str] = []
+    apps: dict[str, int] = {}
     strict = False
     approvals = 0
     protection = repo.protections.get(branch)
     if protection is not None:
         contexts.extend(protection.contexts)
+        apps.update(protection.apps)
         strict = protection.strict
         approvals = protection.required_approvals
     for ruleset in repo.rulesets:
@@ -39,22 +42,26 @@ def requirements(repo: Repo, branch: str) -> Requirements:
             if rule.get("type") == "required_status_checks":
                 for check in params.get("required_status_checks", []):
                     contexts.append(str(check["context"]))
+                    if isinstance(check.get("integration_id"), int):
+                        apps[str(check["context"])] = check["integration_id"]
                 strict = strict or bool(params.get("strict_required_status_checks_policy"))
             elif rule.get("type") == "pull_request":
                 approvals = max(approvals, int(params.get("required_approving_review_count", 0)))
-    return Requirements(tuple(dict.fromkeys(contexts)), strict, approvals)
+    return Requirements(tuple(dict.fromkeys(contexts)), strict, approvals, apps)
 
 
-def context_results(repo: Repo, sha: str) -> dict[str, str]:
+def context_results(repo: Repo, sha: str, *, app_id: int | None = None) -> dict[str, str]:
     """Latest result per check name or status context on ``sha``:
-    "success", "pending" or "failure"."""
+    "success", "pending" or "failure" (``app_id``: only what that app reported)."""
     results: dict[str, str] = {}
-    for status in sorted((s for s in repo.statuses if s.sha == sha), key=lambda s: s.id):
+    statuses = (s for s in repo.statuses if s.sha == sha and app_id is None)
+    for status in sorted(statuses, key=lambda s: s.id):
         results[status.context] = {"success": "success", "pending": "pending"}.get(
             status.state, "failure"
         )
     for run in sorted(
-        (r for r in repo.check_runs.values() if r.head_sha == sha), key=lambda r: r.id
+        (r for r in repo.check_runs.values() if r.head_sha == sha and app_id in (None, r.app_id)),
+        key=lambda r: r.id,
     ):
         if run.status != "completed":
             results[run.name] = "pending"
@@ -89,7 +96,11 @@ def blockers(repo: Repo, pull: Pull) -> list[str]:
     reasons: list[str] = []
     results = context_results(repo, pull.head_sha)
     for context in need.contexts:
-        state = results.get(context)
+        app_id = need.apps.get(context)
+        if app_id is None:
+            state = results.get(context)
+        else:  # a rule naming an app: the same name from another app does not count
+            state = context_results(repo, pull.head_sha, app_id=app_id).get(context)
         if state is None or state == "pending":
             reasons.append(f'Required status check "{context}" is expected.')
         elif state == "failure":

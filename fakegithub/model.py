@@ -175,6 +175,7 @@ class Protection:
     contexts: list[str]
     strict: bool = False
     required_approvals: int = 0
+    apps: dict[str, int] = field(default_factory=dict)  # context -> the app that must report it
 
 
 @dataclass(slots=True)

@@ -19,6 +19,8 @@ CI_SLUG = "sandbox-ci"
 DEFAULT_POLICY = b"""# Autoloop delivery policy (read from the default branch only).
 [deliver]
 required_checks = ["ci"]
+
+[deliver.deploy]
 environment = "production"
 """
 README = b"# demo\n\nA repository of the sandbox GitHub.\n"

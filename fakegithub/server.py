@@ -49,6 +49,7 @@ from fakegithub.faults import FaultMiddleware
 from fakegithub.routes import app as routes_app
 from fakegithub.routes import checks as routes_checks
 from fakegithub.routes import control as routes_control
+from fakegithub.routes import graphql as routes_graphql
 from fakegithub.routes import issues as routes_issues
 from fakegithub.routes import pulls as routes_pulls
 from fakegithub.routes import repos as routes_repos
@@ -65,6 +66,7 @@ def create_app(sandbox: Sandbox) -> Any:
         *routes_pulls.ROUTES,
         *routes_checks.ROUTES,
         *routes_repos.ROUTES,
+        *routes_graphql.ROUTES,
         *routes_control.ROUTES,
     ]
     app = Starlette(routes=routes)

@@ -295,29 +295,47 @@ class World:
         strict: bool = False,
         approvals: int = 0,
         repo: str | None = None,
+        *,
+        checks: list[dict[str, Any]] | None = None,
     ) -> None:
+        """Branch protection: required ``contexts`` (any app), and ``checks`` as GitHub
+        writes them, ``{"context": name, "app_id": id}`` (only that app's report counts)."""
         found = self._repo(repo)
+        names = list(contexts or [])
+        apps: dict[str, int] = {}
+        for check in checks or []:
+            name = str(check["context"])
+            names.append(name)
+            if isinstance(check.get("app_id"), int):
+                apps[name] = check["app_id"]
         with self.state.lock:
-            found.protections[branch] = Protection(branch, list(contexts or []), strict, approvals)
+            found.protections[branch] = Protection(
+                branch, list(dict.fromkeys(names)), strict, approvals, apps
+            )
 
     def add_ruleset(
         self,
         name: str,
         branches: list[str],
-        required_checks: list[str] | None = None,
+        required_checks: list[str | dict[str, Any]] | None = None,
         *,
         approvals: int = 0,
         strict: bool = False,
         repo: str | None = None,
     ) -> int:
+        """A ruleset on ``branches``; a required check is a name, or as GitHub writes it,
+        ``{"context": name, "integration_id": app id}`` (only that app's report counts)."""
         found = self._repo(repo)
         rules: list[dict[str, object]] = []
         if required_checks:
+            configured = [
+                {"context": c} if isinstance(c, str) else dict(c) for c in required_checks
+            ]
             rules.append(
                 {
                     "type": "required_status_checks",
                     "parameters": {
-                        "required_status_checks": [{"context": c} for c in required_checks],
+                        "required_status_checks": configured,
                         "strict_required_status_checks_policy": strict,
                     },
                 }
@@ -402,7 +420,7 @@ class World:
         return dict(self.live_versions.get(found.full_name, {}))
 
     def _on_event(self, event: Event) -> None:
-        if event.name != "push" or event.repository_id is None:
+        if event.name != "push" or event.repository_id is None or event.payload.get("deleted"):
             return
         repo = self.state.repo_by_id(event.repository_id)
         sha = str(event.payload["after"])

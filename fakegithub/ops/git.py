@@ -93,6 +93,39 @@ def move_branch(
             )
 
 
+def delete_branch(state: State, repo: Repo, actor: Actor, branch: str) -> None:
+    """``DELETE .../git/refs/heads/<branch>``: GitHub's 422 "Reference does not exist" for a
+    missing branch; the default branch cannot go. Emits ``push`` with ``deleted: true``.
+    (Pull requests from the branch are left as they are.)"""
+    with state.lock:
+        before = repo.branches.get(branch)
+        if before is None:
+            raise ApiError(422, "Reference does not exist")
+        if branch == repo.default_branch:
+            raise ApiError(422, "Cannot delete the default branch")
+        del repo.branches[branch]
+        repo.pushed_at = state.now()
+        emit(
+            state,
+            "push",
+            {
+                "ref": f"refs/heads/{branch}",
+                "before": before,
+                "after": ZERO,
+                "created": False,
+                "deleted": True,
+                "forced": False,
+                "base_ref": None,
+                "compare": f"{state.base_url}/{repo.full_name}/compare/{before[:12]}...{ZERO[:12]}",
+                "commits": [],
+                "head_commit": None,
+                "pusher": {"name": actor.login, "email": f"{actor.login}@users.noreply.sandbox"},
+            },
+            repo=repo,
+            actor=actor,
+        )
+
+
 def push(
     state: State,
     repo: Repo,

@@ -4,7 +4,9 @@
 - ``issues``: issues, comments, labels, assignees
 - ``pulls``: pull requests, reviews, update-branch, merge
 - ``checks``: check runs, commit statuses, deployments, releases
-- ``repos``: the repository, contents, commits, compare, protection, rulesets, collaborators
+- ``repos``: the repository, contents, commits, compare, branch deletion, protection,
+  rulesets, collaborators
+- ``graphql``: ``POST /graphql``, only the mutation that marks a draft ready for review
 - ``control``: ``/_sandbox/`` control routes (loopback only); ``OPERATIONS``
 
 The REST modules take their plumbing (``Ctx``, ``endpoint``, ``paginate``) from

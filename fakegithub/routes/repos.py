@@ -1,5 +1,5 @@
 """REST routes about the repository itself: metadata, contents, commits, compare,
-branch protection, rulesets and collaborators."""
+branch deletion, branch protection, rulesets and collaborators."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from fakegithub.api import Ctx, Result, endpoint
 from fakegithub.errors import ApiError, not_found
 from fakegithub.merging import requirements
 from fakegithub.model import level_at_least
-from fakegithub.ops.git import contents, put_contents, resolve
+from fakegithub.ops.git import contents, delete_branch, put_contents, resolve
 from fakegithub.render.checks import commit
 from fakegithub.render.core import repository, user
 
@@ -121,7 +121,7 @@ def required_status_checks(ctx: Ctx) -> Result:
         "url": url,
         "strict": protection.strict,
         "contexts": list(protection.contexts),
-        "checks": [{"context": c, "app_id": None} for c in protection.contexts],
+        "checks": [{"context": c, "app_id": protection.apps.get(c)} for c in protection.contexts],
         "contexts_url": f"{url}/contexts",
     }
 
@@ -194,19 +194,31 @@ def get_branch(ctx: Ctx) -> Result:
     return 200, data
 
 
+@endpoint(perms=("contents",), level="write", user_level="write")
+def delete_ref(ctx: Ctx) -> Result:
+    """``DELETE .../git/refs/{ref}``: only branches (``heads/<name>``) are kept here."""
+    ref = ctx.param("ref")
+    if not ref.startswith("heads/"):
+        raise ApiError(422, "Reference does not exist")
+    delete_branch(ctx.sandbox.state, ctx.repo, ctx.actor, ref.removeprefix("heads/"))
+    return 204, None
+
+
 ROUTES = [
     Route(REPO, get_repo, methods=["GET"]),
     Route(f"{REPO}/contents/{{path:path}}", get_contents, methods=["GET"]),
     Route(f"{REPO}/contents/{{path:path}}", put_file, methods=["PUT"]),
     Route(f"{REPO}/commits/{{ref}}", get_commit, methods=["GET"]),
-    Route(f"{REPO}/branches/{{branch}}", get_branch, methods=["GET"]),
     Route(f"{REPO}/compare/{{basehead:path}}", compare, methods=["GET"]),
+    Route(f"{REPO}/git/refs/{{ref:path}}", delete_ref, methods=["DELETE"]),
     Route(
         f"{REPO}/branches/{{branch}}/protection/required_status_checks",
         required_status_checks,
         methods=["GET"],
     ),
     Route(f"{REPO}/rules/branches/{{branch:path}}", branch_rules, methods=["GET"]),
+    # After the protection route: a branch name may hold slashes (``feature/x``).
+    Route(f"{REPO}/branches/{{branch:path}}", get_branch, methods=["GET"]),
     Route(
         f"{REPO}/collaborators/{{username}}/permission", collaborator_permission, methods=["GET"]
     ),

@@ -5,6 +5,13 @@
 - ``sansio``: webhook signatures, webhook headers and rate-limit headers, without I/O
 - ``errors``: the ``GitHubError`` tree; ``retry``: the one retry policy (reads only)
 - ``executor``: ``GitHubExecutor``, receipt actions applied exactly once
+- ``writes``: what write-backs share: hidden markers, targets
+- ``snapshot``: the delivery's reads: ``read_policy``, ``read_snapshot``;
+  ``readcache``: what they remember between snapshots
+- ``delivery``: the delivery's writes (update branch, ready, progress, delete branch)
+- ``outcomes``: ``effect_action`` (an effect as an action) and ``write_result`` (an
+  action's record as the pipeline's answer)
+- ``version``: ``probe_version``, the live-version probe
 - ``channel``: ``GitHubCommentChannel``, a card as one comment
 - ``answers``: ``AnswerDesk``, ``/answer CARD N`` comments as answers
 - ``sweeper``: ``Sweeper``, what the webhooks missed, found again

@@ -44,6 +44,7 @@ from ghapp.github.errors import (
     Conflict,
     Forbidden,
     GitHubError,
+    GraphQLError,
     NotFound,
     RateLimited,
     ServerError,
@@ -60,6 +61,7 @@ __all__ = [
     "Forbidden",
     "GitHubClient",
     "GitHubError",
+    "GraphQLError",
     "NotFound",
     "RateLimited",
     "ServerError",
@@ -81,6 +83,13 @@ _PERMISSION = {
     "none": "none",
 }
 _REPO = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+MARK_READY = """
+mutation MarkReady($id: ID!) {
+  markPullRequestReadyForReview(input: {pullRequestId: $id}) {
+    pullRequest { id isDraft number }
+  }
+}
+"""
 
 JSON = dict[str, Any]
 
@@ -314,6 +323,20 @@ class GitHubClient:
         url: str | None = None,
     ) -> httpx.Response:
         target = url or f"{_repo_path(repo)}{path}"
+        return self._call_repo(method, repo, target, params=params, body=body)
+
+    def _call_repo(
+        self,
+        method: str,
+        repo: str,
+        target: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        body: Any = None,
+        idempotent: bool | None = None,
+    ) -> httpx.Response:
+        """One call with ``repo``'s installation token (renewed once on a 401)."""
+        _repo_path(repo)
         try:
             return self._call(
                 method,
@@ -321,6 +344,7 @@ class GitHubClient:
                 f"token {self.installation_token(repo)}",
                 params=params,
                 body=body,
+                idempotent=idempotent,
             )
         except Unauthorized:
             if self._token is not None:
@@ -334,6 +358,7 @@ class GitHubClient:
                 f"token {self.installation_token(repo)}",
                 params=params,
                 body=body,
+                idempotent=idempotent,
             )
 
     def _next_url(self, response: httpx.Response) -> str | None:
@@ -354,8 +379,10 @@ class GitHubClient:
         fetch: Callable[[str | None], httpx.Response],
         key: str | None,
         keep: Callable[[JSON], bool] | None = None,
+        limit: int | None = None,
     ) -> list[JSON]:
-        """Every item of a paginated list (following ``Link: rel="next"``)."""
+        """Every item of a paginated list (following ``Link: rel="next"``), or the first
+        ``limit`` of them."""
         out: list[JSON] = []
         url: str | None = None
         for _ in range(MAX_PAGES):
@@ -369,22 +396,30 @@ class GitHubClient:
                 if keep is not None and not keep(item):
                     return out
                 out.append(item)
+                if limit is not None and len(out) >= limit:
+                    return out
             url = self._next_url(response)
             if url is None or not items:
                 break
         return out
 
     def _repo_pages(
-        self, repo: str, path: str, params: Mapping[str, Any] | None = None, key: str | None = None
+        self,
+        repo: str,
+        path: str,
+        params: Mapping[str, Any] | None = None,
+        key: str | None = None,
+        limit: int | None = None,
     ) -> list[JSON]:
-        first = {**(params or {}), "per_page": PER_PAGE}
+        per_page = PER_PAGE if limit is None else max(1, min(limit, PER_PAGE))
+        first = {**(params or {}), "per_page": per_page}
 
         def fetch(url: str | None) -> httpx.Response:
             if url is None:
                 return self._repo("GET", repo, path, params=first)
             return self._repo("GET", repo, path, url=url)
 
-        return self._pages(fetch, key)
+        return self._pages(fetch, key, limit=limit)
 
     # ----------------------------------------------------------------------- repository
 
@@ -526,14 +561,95 @@ class GitHubClient:
 
     def compare(self, repo: str, base: str, head: str) -> JSON:
         path = f"/compare/{_seg(base, slashes=True)}...{_seg(head, slashes=True)}"
-        return _as_dict(self._repo("GET", repo, path))
+        return _as_dict(self._repo("GET", repo, path, params={"per_page": 1}))
+
+    def get_commit(self, repo: str, ref: str) -> JSON:
+        """One commit (``sha``, ``parents``, ...)."""
+        return _as_dict(self._repo("GET", repo, f"/commits/{_seg(ref, slashes=True)}"))
+
+    def get_branch(self, repo: str, branch: str) -> JSON | None:
+        """The branch (its ``commit``), or None when there is no such branch."""
+        try:
+            return _as_dict(self._repo("GET", repo, f"/branches/{_seg(branch, slashes=True)}"))
+        except NotFound:
+            return None
+
+    def delete_branch(self, repo: str, branch: str) -> bool:
+        """Delete ``refs/heads/<branch>``; False if there was no such branch."""
+        try:
+            self._repo("DELETE", repo, f"/git/refs/heads/{_seg(branch, slashes=True)}")
+        except (NotFound, Unprocessable) as exc:
+            # GitHub answers 422 "Reference does not exist" for a missing ref.
+            if exc.status == 404 or "does not exist" in exc.message.lower():
+                return False
+            raise
+        return True
+
+    # ----------------------------------------------------------------------- GraphQL
+
+    def graphql_url(self) -> str:
+        """GitHub's GraphQL endpoint beside the REST base (``/api/v3`` -> ``/api/graphql``
+        on GitHub Enterprise Server)."""
+        if self.base_url.endswith("/api/v3"):
+            return self.base_url.removesuffix("/v3") + "/graphql"
+        return self.base_url + "/graphql"
+
+    def graphql(
+        self,
+        repo: str,
+        query: str,
+        variables: Mapping[str, Any] | None = None,
+        *,
+        idempotent: bool = False,
+    ) -> JSON:
+        """Run one GraphQL document with ``repo``'s installation token; ``data`` back.
+
+        A mutation is a write (a lost answer raises AmbiguousWrite); a query may be
+        marked ``idempotent`` to be retried like a read. GraphQL reports refusals in an
+        ``errors`` list beside a 200: they raise :class:`GraphQLError`.
+        """
+        body = {"query": query, "variables": dict(variables or {})}
+        url = self.graphql_url()
+        response = self._call_repo("POST", repo, url, body=body, idempotent=idempotent)
+        data = _as_dict(response)
+        errors = _items(data, "errors")
+        if errors:
+            first = errors[0]
+            message = "; ".join(str(e.get("message") or e.get("type") or e) for e in errors)
+            kind = first.get("type")
+            raise GraphQLError(
+                message,
+                errors=errors,
+                type=kind if isinstance(kind, str) else "",
+                status=response.status_code,
+                method="POST",
+                url=url,
+            )
+        found = data.get("data")
+        return found if isinstance(found, dict) else {}
+
+    def mark_ready_for_review(self, repo: str, node_id: str) -> JSON:
+        """Turn a draft pull request (by its GraphQL ``node_id``) ready for review; REST
+        has no endpoint for it. Answers the pull request's ``id`` and ``isDraft``."""
+        data = self.graphql(repo, MARK_READY, {"id": node_id})
+        found = data.get("markPullRequestReadyForReview")
+        pull = found.get("pullRequest") if isinstance(found, dict) else None
+        return pull if isinstance(pull, dict) else {}
 
     # ----------------------------------------------------------------------- checks
 
     def list_check_runs_for_ref(
-        self, repo: str, ref: str, *, check_name: str | None = None
+        self,
+        repo: str,
+        ref: str,
+        *,
+        check_name: str | None = None,
+        latest: bool = True,
     ) -> list[JSON]:
-        params = {"check_name": check_name} if check_name else None
+        """Check runs on ``ref``: only the newest run per name and app (GitHub's default,
+        ``filter=latest``), or with ``latest=False`` every run, re-runs included."""
+        params = {"check_name": check_name, "filter": None if latest else "all"}
+        params = {k: v for k, v in params.items() if v}
         return self._repo_pages(
             repo, f"/commits/{_seg(ref, slashes=True)}/check-runs", params, key="check_runs"
         )
@@ -571,14 +687,19 @@ class GitHubClient:
         sha: str | None = None,
         ref: str | None = None,
         environment: str | None = None,
+        limit: int | None = None,
     ) -> list[JSON]:
+        """Deployments, newest first (``limit``: only the newest that many)."""
         params = {
             k: v for k, v in {"sha": sha, "ref": ref, "environment": environment}.items() if v
         }
-        return self._repo_pages(repo, "/deployments", params)
+        return self._repo_pages(repo, "/deployments", params, limit=limit)
 
-    def list_deployment_statuses(self, repo: str, deployment_id: int) -> list[JSON]:
-        return self._repo_pages(repo, f"/deployments/{int(deployment_id)}/statuses")
+    def list_deployment_statuses(
+        self, repo: str, deployment_id: int, *, limit: int | None = None
+    ) -> list[JSON]:
+        """A deployment's statuses, newest first (``limit``: only the newest that many)."""
+        return self._repo_pages(repo, f"/deployments/{int(deployment_id)}/statuses", limit=limit)
 
     def get_latest_release(self, repo: str) -> JSON | None:
         try:

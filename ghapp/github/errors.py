@@ -13,7 +13,8 @@ them, and :mod:`ghapp.github.retry` and :mod:`ghapp.github.client` re-export the
     ├── RateLimited     429, or 403 with rate-limit headers (retry_after_s)
     ├── ServerError     5xx on a read, after the retries
     ├── Unreachable     no answer to a read, after the retries (cause)
-    └── AmbiguousWrite  a write with no answer or a 5xx answer (cause)
+    ├── AmbiguousWrite  a write with no answer or a 5xx answer (cause)
+    └── GraphQLError    a GraphQL answer carrying ``errors`` (errors, type)
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ __all__ = [
     "Conflict",
     "Forbidden",
     "GitHubError",
+    "GraphQLError",
     "NotFound",
     "RateLimited",
     "ServerError",
@@ -100,4 +102,16 @@ class AmbiguousWrite(GitHubError):
 
     def __init__(self, message: str, *, cause: BaseException | None = None, **kw: Any) -> None:
         self.cause = cause
+        super().__init__(message, **kw)
+
+
+class GraphQLError(GitHubError):
+    """GraphQL refused (its answer is a 200 with an ``errors`` list): ``type`` is the first
+    error's (``NOT_FOUND``, ``FORBIDDEN``, ...), ``errors`` all of them as GitHub sent them."""
+
+    def __init__(
+        self, message: str, *, errors: list[dict[str, Any]], type: str = "", **kw: Any
+    ) -> None:
+        self.errors = errors
+        self.type = type
         super().__init__(message, **kw)

@@ -1,6 +1,6 @@
 """Receipt actions in the ``github`` namespace, each applied to GitHub exactly once.
 
-``hub.executors["github"] = GitHubExecutor(client, bot_login)``. The hub records an
+``hub.executors["github"] = GitHubExecutor(client, bot_login, app_id=app_id)``. The hub records an
 attempt in the ledger *before* it calls :meth:`GitHubExecutor.perform`, so an action
 that reaches us with ``attempts > 0`` may already have been applied (a crash, a lost
 answer, a raised error). Every operation therefore follows one pattern:
@@ -22,11 +22,23 @@ review bodies. The action id is the deterministic idempotency key.
 | ``github.close`` / ``github.reopen`` | ``reason`` (close: completed, not_planned) | state |
 | ``github.assign`` | ``assignees`` | the issue's assignees |
 | ``github.review`` | ``event`` (APPROVE, REQUEST_CHANGES, COMMENT), ``body`` | reviews, by marker |
-| ``github.merge`` | ``sha`` (the head the decision was made on), ``method`` | the PR: merged? |
+| ``github.merge`` | ``sha`` (the head decided on), ``method``, ``reconcile`` | the PR: merged? |
+| ``github.update_branch`` | ``expected_head_sha`` | the PR: updated from that head? |
+| ``github.ready`` | ``head_sha`` | the PR: still a draft? |
+| ``github.progress`` | ``seq``, ``head_sha``, the check run's and comment's text | both |
+| ``github.delete_branch`` | ``ref`` | the branch: gone? |
+
+The last four are the delivery pipeline's (:mod:`ghapp.github.delivery`, which says
+more). The merge answers the merge commit's ``sha``; with ``reconcile: true`` (the
+pipeline's merges) a merge that reads back unmerged after an unclear answer is recorded
+failed as ``[ambiguous]`` instead of being tried again, since the pipeline reconciles it.
 
 Every action names ``repo`` (``owner/name``) and ``number``. Bad parameters and GitHub's
 refusals (404, 403, 409, 422...) raise :class:`~plugins.protocols.ActionFailed`: the action is
-recorded failed and a notice card says why. Transient trouble (no answer, 5xx, rate
+recorded failed and a notice card says why; for the writes the pipeline reads back
+(merge, review and the delivery's), the error starts with the outcome
+(``[head_moved]``, ``[conflict]``, ``[refused]``, ``[ambiguous]``, see
+:func:`ghapp.github.outcomes.write_result`). Transient trouble (no answer, 5xx, rate
 limits) propagates: the action stays allowed and the next sweep retries it, reading
 back first.
 """
@@ -34,11 +46,11 @@ back first.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ghapp.github.client import GitHubClient
+from ghapp.github.delivery import DeliveryWrites
 from ghapp.github.errors import (
     AmbiguousWrite,
     GitHubError,
@@ -46,6 +58,17 @@ from ghapp.github.errors import (
     ServerError,
     Unauthorized,
     Unreachable,
+)
+from ghapp.github.outcomes import TAGGED, outcome_of, refusal
+from ghapp.github.writes import (
+    MARK,
+    Target,
+    defuse,
+    find_marked,
+    login_of,
+    marker,
+    subject_target,
+    target_of,
 )
 from kernel.records import Action
 from plugins.protocols import ActionFailed
@@ -61,73 +84,15 @@ __all__ = [
     "target_of",
 ]
 
-#: Every hidden marker the App writes starts so (the webhook translator drops such comments).
-MARK = "<!-- autoloop:"
 MAX_ATTEMPTS = 20  # then the action is recorded failed instead of retried forever
 REVIEW_EVENTS = ("APPROVE", "REQUEST_CHANGES", "COMMENT")
 MERGE_METHODS = ("merge", "squash", "rebase")
 CLOSE_REASONS = ("completed", "not_planned")
 TRANSIENT = (AmbiguousWrite, RateLimited, ServerError, Unreachable, Unauthorized)
 
-_REPO = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
-_SUBJECT = re.compile(r"^([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)#([1-9][0-9]{0,9})$")
 _SHA = re.compile(r"^[0-9a-fA-F]{7,64}$")
 
 JSON = dict[str, Any]
-
-
-# --------------------------------------------------------------------------- shared helpers
-
-
-def marker(kind: str, ident: str) -> str:
-    return f"{MARK}{kind}={ident} -->"
-
-
-def defuse(text: str) -> str:
-    """Text written by an agent or a person, made unable to pass for one of our markers."""
-    return text.replace(MARK, "&lt;!-- autoloop:")
-
-
-def _login(user: object) -> str:
-    login = user.get("login") if isinstance(user, Mapping) else None
-    return login.lower() if isinstance(login, str) else ""
-
-
-def find_marked(items: Iterable[Mapping[str, Any]], mark: str, bot_login: str) -> JSON | None:
-    """The first comment or review written by ``bot_login`` whose body holds ``mark``."""
-    for item in items:
-        body = item.get("body")
-        if _login(item.get("user")) == bot_login.lower() and isinstance(body, str) and mark in body:
-            return dict(item)
-    return None
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    repo: str
-    number: int
-
-    def __str__(self) -> str:
-        return f"{self.repo}#{self.number}"
-
-
-def subject_target(subject: str) -> Target | None:
-    """``owner/repo#N`` as a target; None for any other subject."""
-    found = _SUBJECT.match(subject or "")
-    return Target(found.group(1), int(found.group(2))) if found else None
-
-
-def target_of(params: Mapping[str, Any]) -> Target:
-    repo, number = params.get("repo"), params.get("number")
-    if not isinstance(repo, str) or not _REPO.match(repo):
-        raise ActionFailed(
-            f"'repo' must be 'owner/name', not {repo!r}: name the repository of the issue or PR"
-        )
-    if isinstance(number, bool) or not isinstance(number, int) or number < 1:
-        raise ActionFailed(
-            f"'number' must be the issue or pull request number (a whole number), not {number!r}"
-        )
-    return Target(repo, number)
 
 
 def _names(params: Mapping[str, Any], key: str, *, single: str | None = None) -> list[str]:
@@ -158,11 +123,17 @@ class GitHubExecutor:
     """Performs ``github.*`` actions through one :class:`GitHubClient`."""
 
     def __init__(
-        self, client: GitHubClient, bot_login: str, *, max_attempts: int = MAX_ATTEMPTS
+        self,
+        client: GitHubClient,
+        bot_login: str,
+        *,
+        app_id: int | None = None,
+        max_attempts: int = MAX_ATTEMPTS,
     ) -> None:
         self.client = client
         self.bot_login = bot_login
         self.max_attempts = max_attempts
+        self.delivery = DeliveryWrites(client, bot_login, app_id=app_id)
         self._ops: dict[str, Callable[[Action, Target, bool], JSON]] = {
             "comment": self._comment,
             "label": self._label,
@@ -172,6 +143,10 @@ class GitHubExecutor:
             "assign": self._assign,
             "review": self._review,
             "merge": self._merge,
+            "update_branch": self.delivery.update_branch,
+            "ready": self.delivery.ready,
+            "progress": self.delivery.progress,
+            "delete_branch": self.delivery.delete_branch,
         }
 
     def perform(self, action: Action) -> Mapping[str, Any]:
@@ -180,18 +155,22 @@ class GitHubExecutor:
         if op is None:
             known = ", ".join(f"github.{v}" for v in self._ops)
             raise ActionFailed(f"unknown action {action.do!r}; this executor knows {known}")
+        tagged = action.do in TAGGED
         if action.attempts >= self.max_attempts:
-            raise ActionFailed(
+            text = (
                 f"gave up after {action.attempts} attempts; the last error was: "
                 f"{action.error or 'none recorded'}"
             )
+            # Earlier attempts may have been applied: for the pipeline, that is unclear.
+            raise refusal("ambiguous", text) if tagged else ActionFailed(text)
         target = target_of(action.params)
         try:
             return op(action, target, action.attempts > 0)
         except TRANSIENT:
             raise
         except GitHubError as exc:
-            raise ActionFailed(f"GitHub refused {action.do} on {target}: {exc}") from exc
+            text = f"GitHub refused {action.do} on {target}: {exc}"
+            raise (refusal(outcome_of(exc), text) if tagged else ActionFailed(text)) from exc
 
     # -- comments ----------------------------------------------------------------------
 
@@ -293,7 +272,7 @@ class GitHubExecutor:
         want = _names(action.params, "assignees", single="assignee")
         todo = want
         if retry:
-            have = {_login(a) for a in self._issue(t).get("assignees") or []}
+            have = {login_of(a) for a in self._issue(t).get("assignees") or []}
             todo = [n for n in want if n.lower() not in have]
         read_back = retry
         if todo:
@@ -301,7 +280,7 @@ class GitHubExecutor:
                 self.client.add_assignees(t.repo, t.number, todo)
             except AmbiguousWrite:
                 read_back = True
-                have = {_login(a) for a in self._issue(t).get("assignees") or []}
+                have = {login_of(a) for a in self._issue(t).get("assignees") or []}
                 rest = [n for n in todo if n.lower() not in have]
                 if rest:
                     self.client.add_assignees(t.repo, t.number, rest)
@@ -348,19 +327,27 @@ class GitHubExecutor:
             raise ActionFailed(
                 f"'method' must be one of {', '.join(MERGE_METHODS)}, not {method!r}"
             )
+        # ``reconcile``: the caller (the delivery pipeline) settles an unclear merge by
+        # reading the PR back itself, so one that is not merged yet is reported as
+        # unclear and never attempted again by this action.
+        reconcile = action.params.get("reconcile") is True
         if retry:
             done = self._merged(t, sha)
             if done is not None:
                 return done
+            if reconcile:
+                raise refusal("ambiguous", f"an earlier attempt to merge {t} may be under way")
         try:
             made = self.client.merge_pull(t.repo, t.number, sha=sha, merge_method=str(method))
-        except AmbiguousWrite:
+        except AmbiguousWrite as exc:
             # Never merge twice: read the pull request back; if it is not merged, the
             # next sweep tries again (and reads back first).
             done = self._merged(t, sha)
-            if done is None:
-                raise
-            return done
+            if done is not None:
+                return done
+            if reconcile:
+                raise refusal("ambiguous", f"no clear answer to the merge of {t}: {exc}") from exc
+            raise
         return {"merged": True, "sha": made.get("sha"), "read_back": retry}
 
     def _merged(self, t: Target, sha: str) -> JSON | None:
@@ -369,9 +356,11 @@ class GitHubExecutor:
         if pr.get("merged") is True:
             return {"merged": True, "sha": pr.get("merge_commit_sha"), "read_back": True}
         if pr.get("state") == "closed":
-            raise ActionFailed(f"{t} was closed without being merged")
+            raise refusal("refused", f"{t} was closed without being merged")
         head = pr.get("head")
         head_sha = head.get("sha") if isinstance(head, Mapping) else None
         if isinstance(head_sha, str) and head_sha.lower() != sha.lower():
-            raise ActionFailed(f"the head of {t} moved from {sha} to {head_sha}; not merged")
+            raise refusal(
+                "head_moved", f"the head of {t} moved from {sha} to {head_sha}; not merged"
+            )
         return None

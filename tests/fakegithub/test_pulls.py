@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from fakegithub.server import SandboxHandle, running_sandbox
+from tests.fakegithub.helpers import check_webhook
 
 
 @pytest.fixture
@@ -138,3 +139,58 @@ def test_a_force_push_rewrites_the_head(sandbox: SandboxHandle) -> None:
         assert compare["status"] == "diverged"
     push = next(e for e in reversed(sandbox.world.events) if e.name == "push")
     assert push.payload["forced"] is True and push.payload["before"] == first
+
+
+def test_a_ruleset_check_naming_an_app_counts_only_that_apps_report(
+    sandbox: SandboxHandle,
+) -> None:
+    other_app = sandbox.app_id  # the check must come from our App, CI reports it
+    sandbox.world.add_ruleset(
+        "ci-from-app", ["main"], [{"context": "ci", "integration_id": other_app}]
+    )
+    sandbox.world.set_ci({"ci": "success"})
+    number = sandbox.world.open_pr("contributor", "topic", "Topic", files={"a.txt": "1"})
+    assert sandbox.world.settle()
+    with client(sandbox) as gh:
+        rules = gh.get("/repos/sandbox/demo/rules/branches/main").json()
+        (rule,) = [r for r in rules if r["type"] == "required_status_checks"]
+        assert rule["parameters"]["required_status_checks"] == [
+            {"context": "ci", "integration_id": other_app}
+        ]
+        pr = gh.get(f"/repos/sandbox/demo/pulls/{number}").json()
+        assert pr["mergeable_state"] == "blocked"
+        refused = gh.put(f"/repos/sandbox/demo/pulls/{number}/merge")
+        assert refused.json()["message"] == 'Required status check "ci" is expected.'
+
+
+def test_protection_lists_its_checks_with_their_apps(sandbox: SandboxHandle) -> None:
+    ci_app = sandbox.sandbox.ci_app.id
+    sandbox.world.set_protection(
+        "main", contexts=["lint"], checks=[{"context": "ci", "app_id": ci_app}]
+    )
+    with client(sandbox) as gh:
+        found = gh.get("/repos/sandbox/demo/branches/main/protection/required_status_checks")
+        assert found.json()["contexts"] == ["lint", "ci"]
+        assert found.json()["checks"] == [
+            {"context": "lint", "app_id": None},
+            {"context": "ci", "app_id": ci_app},
+        ]
+
+
+def test_a_merged_branch_is_deleted_once_and_the_default_branch_never(
+    sandbox: SandboxHandle,
+) -> None:
+    number = sandbox.world.open_pr("contributor", "fix/gone", "Gone", files={"a.txt": "1"})
+    sandbox.world.merge("maintainer", number)
+    with client(sandbox) as gh:
+        assert gh.get("/repos/sandbox/demo/branches/fix/gone").json()["name"] == "fix/gone"
+        assert gh.delete("/repos/sandbox/demo/git/refs/heads/fix/gone").status_code == 204
+        again = gh.delete("/repos/sandbox/demo/git/refs/heads/fix/gone")
+        assert (again.status_code, again.json()["message"]) == (422, "Reference does not exist")
+        assert gh.get("/repos/sandbox/demo/branches/fix/gone").status_code == 404
+        assert gh.delete("/repos/sandbox/demo/git/refs/heads/main").status_code == 422
+        protection = gh.get("/repos/sandbox/demo/branches/main/protection/required_status_checks")
+        assert protection.json()["message"] == "Branch not protected"
+    (deleted,) = [e for e in sandbox.world.events if e.name == "push" and e.payload["deleted"]]
+    assert deleted.payload["ref"] == "refs/heads/fix/gone"
+    check_webhook("push", deleted.payload)

@@ -20,6 +20,7 @@ from ghapp.github.client import (
     Conflict,
     GitHubClient,
     GitHubError,
+    GraphQLError,
     NotFound,
     ServerError,
     Unauthorized,
@@ -495,3 +496,37 @@ def test_a_failing_token_exchange_is_retried_once_over_not_per_request_attempt(
     exchanges = fake.seen("POST", f"/api/v3/app/installations/{INSTALLATION}/access_tokens")
     assert len(exchanges) == retry.DEFAULT_POLICY.attempts
     assert not fake.seen("GET", "/api/v3/repos/acme/web/issues/1")
+
+
+def test_graphql_goes_beside_the_rest_base_with_the_installation_token(fake: FakeGitHub) -> None:
+    answer = {
+        "data": {"markPullRequestReadyForReview": {"pullRequest": {"id": "PR_1", "isDraft": False}}}
+    }
+    fake.on("POST", "/api/graphql", httpx.Response(200, json=answer))
+    gh = client_for(fake)
+    assert gh.graphql_url() == "http://github.test/api/graphql"
+    assert gh.mark_ready_for_review("acme/web", "PR_1") == {"id": "PR_1", "isDraft": False}
+    (sent,) = fake.seen("POST", "/api/graphql")
+    assert sent.headers["authorization"] == "token ghs_1"
+    assert json.loads(sent.content)["variables"] == {"id": "PR_1"}
+    assert GitHubClient(token="t", base_url="https://api.github.com").graphql_url() == (
+        "https://api.github.com/graphql"
+    )
+
+
+def test_graphql_errors_beside_a_200_are_refusals_with_their_type(fake: FakeGitHub) -> None:
+    refused = {
+        "data": None,
+        "errors": [{"type": "FORBIDDEN", "message": "Resource not accessible"}],
+    }
+    fake.on("POST", "/api/graphql", httpx.Response(200, json=refused))
+    with pytest.raises(GraphQLError, match="Resource not accessible") as caught:
+        client_for(fake).mark_ready_for_review("acme/web", "PR_1")
+    assert caught.value.type == "FORBIDDEN"
+
+
+def test_a_mutation_without_an_answer_is_an_ambiguous_write(fake: FakeGitHub) -> None:
+    fake.on("POST", "/api/graphql", httpx.ReadTimeout("lost"))
+    with pytest.raises(AmbiguousWrite):
+        client_for(fake).mark_ready_for_review("acme/web", "PR_1")
+    assert len(fake.seen("POST", "/api/graphql")) == 1  # never resent
