@@ -20,7 +20,7 @@ import httpx
 from ghapp.github.client import GitHubClient
 from ghapp.github.errors import GitHubError
 from ghapp.github.readcache import CONTAINS, DEFAULT_CACHE, ReadCache
-from kernel.step import iso
+from kernel.durations import iso
 from pipeline.snapshot import VersionObservation
 
 __all__ = ["MAX_BODY", "PROBE_TIMEOUT_S", "compare_with", "probe_version", "read_field"]
