@@ -10,34 +10,29 @@ from __future__ import annotations
 import json
 import math
 import os
-import socket
 import threading
-import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, assert_never
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ghapp.runtime.budget import UsageMeter, cap_notice, day_bounds
+from ghapp.runtime.cards import Cards
 from ghapp.runtime.ledger import Ledger, Outcome
+from ghapp.runtime.outbox import Outbox
 from ghapp.runtime.turns import prepare, run_agent, stop_leftovers
 from ghapp.store.base import Store
 from kernel import facts as f
 from kernel import inputs as k
 from kernel.errors import ConfigError
 from kernel.model import OWNER_MATTER, Event, Rules
-from kernel.records import Action, Card, EventRow, Matter, Turn
+from kernel.records import Card, EventRow, Matter, Turn
 from kernel.rules import parse_rules
-from plugins.protocols import ActionFailed, Channel, Executor
+from plugins.protocols import Channel, Executor
 
 Redact = Callable[[str], str]
-# How long a hub's claim on one write-back lasts: longer than any one attempt (every
-# GitHub call has a timeout, and reads are retried a few times), so that another hub
-# takes over only from one that died mid-attempt. The taker reads back before writing.
-ACTION_CLAIM_S = 300
-
 # A claim lasts the rule's timeout_s plus this margin, and is renewed by heartbeats while
 # the agent runs; AUTOLOOP_LEASE_MARGIN_S changes it (tests, or workers on slow links).
 LEASE_MARGIN_S = 120.0
@@ -211,16 +206,14 @@ class Hub:
         self.clock = clock
         self.ledger: Ledger = RedactingLedger(store, rules, clock, redact)
         self.agent_for = agent_for
-        self.channels = dict(channels or {})
-        self.executors = dict(executors or {})
         self.redact = redact
-        self.on_card = on_card
         self.on_turn = on_turn
-        self._performing: set[str] = set()  # actions being performed by this process now
-        self._performing_lock = threading.Lock()
-        # Who performs write-backs here: another hub on the same ledger (a replica) is
-        # refused an action while this one's claim on it is live.
-        self.performer = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.cards = Cards(store, self.ledger, rules, channels=channels, on_card=on_card)
+        self.outbox = Outbox(store, self.ledger, executors=executors, redact=redact)
+        self.outbox.cards = self.cards.deliver
+        self.outbox.after = self.cards.send_effects
+        self.channels = self.cards.channels  # the App adds its channel and executor here
+        self.executors = self.outbox.executors
         self.lease_margin_s = lease_margin_s
         self._usage = UsageMeter()  # today's spend, read incrementally from the facts
         self._usage_lock = threading.Lock()
@@ -370,126 +363,22 @@ class Hub:
     # -- effects --------------------------------------------------------------------------
 
     def _after(self, out: Outcome) -> None:
-        sent: set[str] = set()
-        for eff in out.decision.effects:
-            match eff:
-                case k.SendCard(card=card):
-                    self.deliver_card(card)
-                    sent.add(card)
-                case k.PerformAction(action=action):
-                    self.perform(action)
-                case _:
-                    assert_never(eff)
-        # A card the decision changed without a SendCard (a receipt's "resolve" bumps its
-        # version) is shown again too, now rather than at the next sweep.
-        for kind, rid in sorted(out.decision.touched):
-            if kind == "card" and rid not in sent:
-                self.deliver_card(rid, announce=False)
+        """Carry out a decision's effects: cards go out, allowed write-backs are made."""
+        self.outbox.carry_out(out)
 
-    def channels_for(self, card: Card) -> list[str]:
-        rules = self.rules()
-        if card.matter == OWNER_MATTER:
-            names = list(rules.owner_notify) or sorted({n for r in rules.rules for n in r.notify})
-        else:
-            with self.store.read() as tx:
-                m = tx.get("matter", card.matter)
-            rule = rules.rule(m.rule) if isinstance(m, Matter) else None
-            names = list(rule.notify) if rule else []
-        return [n for n in names if n in self.channels]
-
-    def deliver_card(self, card_id: str, *, announce: bool = True) -> None:
-        with self.store.read() as tx:
-            card = tx.get("card", card_id)
-            matter = tx.get("matter", card.matter) if isinstance(card, Card) else None
-        if not isinstance(card, Card):
-            return
-        if announce and self.on_card is not None:
-            self.on_card(card)
-        for name in self.channels_for(card):
-            prev = card.delivered.get(name) or {}
-            if int(prev.get("version", 0)) >= card.version:
-                continue
-            try:
-                ref = self.channels[name].send(
-                    card,
-                    matter if isinstance(matter, Matter) else None,
-                    previous_ref=str(prev.get("ref", "")),
-                )
-            except Exception:  # noqa: S112  # a channel outage leaves the card undelivered; retried by sweep
-                continue
-            self.ledger.decide(
-                k.Delivered(card=card.id, channel=name, version=card.version, ref=ref)
-            )
-
-    def sweep_cards(self) -> None:
-        with self.store.read() as tx:
-            cards = [c for c in tx.query("card") if isinstance(c, Card)]
-        for c in cards:
-            if any(
-                int((c.delivered.get(n) or {}).get("version", 0)) < c.version
-                for n in self.channels_for(c)
-            ):
-                self.deliver_card(c.id)
+    # -- the outbox and the cards, by their own names ------------------------------------
 
     def perform(self, action_id: str) -> None:
-        """Perform one allowed action; the ledger records each attempt before it is made.
-
-        A turn's thread and a sweep may reach the same action at once: only one of them
-        performs it in this process, and the other returns (the state is re-read after).
-        """
-        with self._performing_lock:
-            if action_id in self._performing:
-                return
-            self._performing.add(action_id)
-        try:
-            self._perform(action_id)
-        finally:
-            with self._performing_lock:
-                self._performing.discard(action_id)
-
-    def _perform(self, action_id: str) -> None:
-        with self.store.read() as tx:
-            action = tx.get("action", action_id)
-        if not isinstance(action, Action) or action.status != "allowed":
-            return
-        ns = action.do.split(".", 1)[0]
-        executor = self.executors.get(ns)
-        if executor is None:
-            out = self.ledger.decide(
-                k.ActionDone(
-                    action=action.id,
-                    ok=False,
-                    error=f"no executor for {action.do!r} here (is the GitHub App configured?)",
-                )
-            )
-            self._after(out)  # the failure's notice card goes out now
-            return
-        claim = self.ledger.decide(
-            k.ActionTried(action=action.id, by=self.performer, lease_s=ACTION_CLAIM_S)
-        )
-        if not claim.reply.ok:
-            return  # done meanwhile, or another hub is performing it now
-        # The count at claim time, under the ledger's write lock: more than 0 tells the
-        # executor that an earlier attempt may have landed, so it reads back first.
-        action = replace(action, attempts=int(claim.reply.data.get("attempts", action.attempts)))
-        try:
-            result = executor.perform(action)
-        except ActionFailed as exc:
-            out = self.ledger.decide(
-                k.ActionDone(action=action.id, ok=False, error=self.redact(str(exc)))
-            )
-            self._after(out)
-            return
-        except Exception as exc:
-            self.ledger.decide(k.ActionTried(action=action.id, error=self.redact(str(exc))))
-            return
-        self.ledger.decide(k.ActionDone(action=action.id, ok=True, result=dict(result)))
+        self.outbox.perform(action_id)
 
     def sweep_actions(self) -> None:
-        with self.store.read() as tx:
-            pending = [a for a in tx.query("action", states=["allowed"]) if isinstance(a, Action)]
-        for a in pending:
-            self.perform(a.id)
+        self.outbox.sweep()
+
+    def deliver_card(self, card_id: str, *, announce: bool = True) -> None:
+        self.cards.deliver(card_id, announce=announce)
+
+    def sweep_cards(self) -> None:
+        self.cards.sweep()
 
     # -- loops ----------------------------------------------------------------------------
 

@@ -1,0 +1,128 @@
+"""The outbox: write-backs the kernel allowed, each performed once by one hub.
+
+An action is claimed in the ledger (``ActionTried`` with this hub's name and a lease)
+before its executor is called, so two hubs on one ledger (replicas) never perform the
+same action at once, and an attempt that may have landed is known on the next try
+(``attempts > 0``: the executor reads back before it writes). A refusal
+(:class:`~plugins.protocols.ActionFailed`) is recorded failed with a notice card;
+anything else leaves the action allowed for the next sweep.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import assert_never
+
+from ghapp.runtime.ledger import Ledger, Outcome
+from ghapp.store.base import Store
+from kernel import inputs as k
+from kernel.records import Action
+from plugins.protocols import ActionFailed, Executor
+
+__all__ = ["ACTION_CLAIM_S", "Outbox"]
+
+# How long a hub's claim on one write-back lasts: longer than any one attempt (every
+# GitHub call has a timeout, and reads are retried a few times), so that another hub
+# takes over only from one that died mid-attempt. The taker reads back before writing.
+ACTION_CLAIM_S = 300
+
+
+class Outbox:
+    def __init__(
+        self,
+        store: Store,
+        ledger: Ledger,
+        *,
+        executors: Mapping[str, Executor] | None = None,
+        redact: Callable[[str], str] = lambda s: s,
+    ) -> None:
+        self.store = store
+        self.ledger = ledger
+        self.executors: dict[str, Executor] = dict(executors or {})
+        self.redact = redact
+        self.cards: Callable[[str], None] = lambda card: None
+        self.after: Callable[[Outcome, set[str]], None] = lambda out, sent: None
+        self._performing: set[str] = set()  # actions being performed by this process now
+        self._performing_lock = threading.Lock()
+        # Who performs write-backs here: another hub on the same ledger (a replica) is
+        # refused an action while this one's claim on it is live.
+        self.performer = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+    def carry_out(self, out: Outcome) -> None:
+        """A decision's effects: its cards go out, its allowed write-backs are made."""
+        sent: set[str] = set()
+        for eff in out.decision.effects:
+            match eff:
+                case k.SendCard(card=card):
+                    self.cards(card)
+                    sent.add(card)
+                case k.PerformAction(action=action):
+                    self.perform(action)
+                case _:
+                    assert_never(eff)
+        self.after(out, sent)
+
+    def perform(self, action_id: str) -> None:
+        """Perform one allowed action; the ledger records each attempt before it is made.
+
+        A turn's thread and a sweep may reach the same action at once: only one of them
+        performs it in this process, and the other returns (the state is re-read after).
+        """
+        with self._performing_lock:
+            if action_id in self._performing:
+                return
+            self._performing.add(action_id)
+        try:
+            self._perform(action_id)
+        finally:
+            with self._performing_lock:
+                self._performing.discard(action_id)
+
+    def _perform(self, action_id: str) -> None:
+        with self.store.read() as tx:
+            action = tx.get("action", action_id)
+        if not isinstance(action, Action) or action.status != "allowed":
+            return
+        ns = action.do.split(".", 1)[0]
+        executor = self.executors.get(ns)
+        if executor is None:
+            out = self.ledger.decide(
+                k.ActionDone(
+                    action=action.id,
+                    ok=False,
+                    error=f"no executor for {action.do!r} here (is the GitHub App configured?)",
+                )
+            )
+            self.carry_out(out)  # the failure's notice card goes out now
+            return
+        claim = self.ledger.decide(
+            k.ActionTried(action=action.id, by=self.performer, lease_s=ACTION_CLAIM_S)
+        )
+        if not claim.reply.ok:
+            return  # done meanwhile, or another hub is performing it now
+        # The count at claim time, under the ledger's write lock: more than 0 tells the
+        # executor that an earlier attempt may have landed, so it reads back first.
+        action = replace(action, attempts=int(claim.reply.data.get("attempts", action.attempts)))
+        try:
+            result = executor.perform(action)
+        except ActionFailed as exc:
+            out = self.ledger.decide(
+                k.ActionDone(action=action.id, ok=False, error=self.redact(str(exc)))
+            )
+            self.carry_out(out)
+            return
+        except Exception as exc:
+            self.ledger.decide(k.ActionTried(action=action.id, error=self.redact(str(exc))))
+            return
+        self.ledger.decide(k.ActionDone(action=action.id, ok=True, result=dict(result)))
+
+    def sweep(self) -> None:
+        with self.store.read() as tx:
+            pending = [a for a in tx.query("action", states=["allowed"]) if isinstance(a, Action)]
+        for a in pending:
+            self.perform(a.id)
