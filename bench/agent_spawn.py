@@ -29,9 +29,9 @@ sys.path.insert(0, str(ROOT))
 
 from bench.stats import percentile  # noqa: E402 - after the path set-up above
 from plugins.agents.command import CommandAgent  # noqa: E402 - after the path set-up above
-from plugins.agents.common import build_env  # noqa: E402
-from plugins.agents.process import run_process  # noqa: E402
-from plugins.protocols import AgentRequest  # noqa: E402
+from plugins.agents.common import build_env  # noqa: E402  # after the sys.path set-up above
+from plugins.agents.process import run_process  # noqa: E402  # after the sys.path set-up above
+from plugins.protocols import AgentRequest  # noqa: E402  # after the sys.path set-up above
 
 
 def request(folder: Path, argv: list[str]) -> AgentRequest:

@@ -103,12 +103,12 @@ def uvicorn_config(app: Any, port: int) -> Any:
 
 
 def bare_app() -> Any:
-    from starlette.applications import Starlette  # noqa: PLC0415
-    from starlette.requests import Request  # noqa: PLC0415
-    from starlette.responses import JSONResponse, Response  # noqa: PLC0415
-    from starlette.routing import Route  # noqa: PLC0415
+    from starlette.applications import Starlette  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+    from starlette.requests import Request  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+    from starlette.responses import JSONResponse, Response  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+    from starlette.routing import Route  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
 
-    from ghapp.github.sansio import verify_signature  # noqa: PLC0415
+    from ghapp.github.sansio import verify_signature  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
 
     async def webhook(request: Request) -> Response:
         body = await request.body()
@@ -129,19 +129,19 @@ def bare_app() -> Any:
 
 def serve_child(side: str, port: int, home: Path) -> None:
     """The body of a server process (``--serve SIDE``)."""
-    import uvicorn  # noqa: PLC0415
+    import uvicorn  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
 
-    from ghapp.commands.serve import settle_heap  # noqa: PLC0415
+    from ghapp.commands.serve import settle_heap  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
 
     if side == "bare":
         app = bare_app()
         settle_heap()
         uvicorn.Server(uvicorn_config(app, port)).run()
         return
-    from ghapp.commands.home import Home, init_home  # noqa: PLC0415
-    from ghapp.commands.serve import build  # noqa: PLC0415
-    from ghapp.runtime.settings import Settings  # noqa: PLC0415
-    from ghapp.web.app import create_app  # noqa: PLC0415
+    from ghapp.commands.home import Home, init_home  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+    from ghapp.commands.serve import build  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+    from ghapp.runtime.settings import Settings  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+    from ghapp.web.app import create_app  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
 
     init_home(home, rules_text=json.dumps(RULES))
     env = {"AUTOLOOP_HOME": str(home), "AUTOLOOP_GITHUB_WEBHOOK_SECRET": SECRET.decode()}
@@ -181,7 +181,7 @@ class Child:
 
 
 def free_port() -> int:
-    import socket  # noqa: PLC0415
+    import socket  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -418,7 +418,7 @@ def commit_floor(folder: Path, count: int, rate: float | None = None) -> list[fl
     With ``rate``, one commit is due every ``1/rate`` s and each is timed from when it
     was due, as the server's deliveries are: a stall of the disk then delays the
     commits queued behind it too, exactly as it delays the webhooks behind it."""
-    import sqlite3  # noqa: PLC0415
+    import sqlite3  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
 
     conn = sqlite3.connect(str(folder / "floor.db"), isolation_level=None)
     try:
@@ -444,8 +444,8 @@ def commit_floor(folder: Path, count: int, rate: float | None = None) -> list[fl
 
 
 def ledger_ids(home: Path) -> set[str]:
-    from ghapp.commands.home import Home  # noqa: PLC0415
-    from kernel.records import EventRow  # noqa: PLC0415
+    from ghapp.commands.home import Home  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+    from kernel.records import EventRow  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
 
     ctx = Home.open(env={"AUTOLOOP_HOME": str(home)}, home=home)
     try:

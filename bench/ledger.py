@@ -197,7 +197,7 @@ def stored_rows(store: Store) -> list[Row]:
         tx.cur.execute(  # type: ignore[attr-defined]  # SqlTx: the bench reads the table
             "SELECT at, type, v, fkey, data FROM facts ORDER BY seq"
         )
-        rows: list[Row] = [tuple(r) for r in tx.cur.fetchall()]  # type: ignore[attr-defined]
+        rows: list[Row] = [tuple(r) for r in tx.cur.fetchall()]  # type: ignore[attr-defined]  # the SQL transaction has a cursor; the Tx protocol does not name it
     return rows
 
 
@@ -403,7 +403,7 @@ def backlog_burst(folder: Path, rules: Rules, backlog: int, burst: int) -> dict[
                 tx.cur.execute(  # type: ignore[attr-defined]  # SqlTx: the bench reads the row
                     "SELECT length(data) FROM records WHERE kind = 'matter' AND id = ?", (mid,)
                 )
-                sizes.append(int(tx.cur.fetchone()[0]))  # type: ignore[attr-defined]
+                sizes.append(int(tx.cur.fetchone()[0]))  # type: ignore[attr-defined]  # the SQL transaction has a cursor; the Tx protocol does not name it
                 waiting.append(len(tx.query("queued", matter=mid, states=["pending"])))
     finally:
         store.close()

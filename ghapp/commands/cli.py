@@ -109,7 +109,7 @@ def cmd_drain(args: argparse.Namespace) -> int:
     def on_card(card: Card) -> None:
         if quiet:
             return
-        from plugins.channels.local import render  # noqa: PLC0415
+        from plugins.channels.local import render  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
 
         print(render(card), flush=True)
 
@@ -124,7 +124,7 @@ def cmd_drain(args: argparse.Namespace) -> int:
 
 def _usage(ctx: Home) -> dict[str, Any]:
     """Turns, tokens and cost of today and of the last 7 days (local days of the rules)."""
-    from ghapp.runtime.budget import day_bounds, usage_between  # noqa: PLC0415
+    from ghapp.runtime.budget import day_bounds, usage_between  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
 
     now = ctx.clock()
     try:
@@ -384,7 +384,7 @@ def cmd_cards(args: argparse.Namespace) -> int:
     if args.json:
         _print_json({"cards": [card_data(c) for c in cards]})
         return 0
-    from plugins.channels.local import render  # noqa: PLC0415
+    from plugins.channels.local import render  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
 
     if not cards:
         print("no open cards" if not args.all else "no cards")
@@ -409,7 +409,7 @@ def cmd_answer(args: argparse.Namespace) -> int:
 
 def cmd_rebuild(args: argparse.Namespace) -> int:
     ctx = Home.open()
-    from ghapp.runtime.ledger import Ledger  # noqa: PLC0415
+    from ghapp.runtime.ledger import Ledger  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
 
     ledger = Ledger(ctx.store, ctx.rules, ctx.clock)
     if args.check:

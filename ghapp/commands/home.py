@@ -87,8 +87,8 @@ def read_master_key(home: Path) -> bytes:
     Raises :class:`~ghapp.runtime.settings.SettingsError` (one line, with what to do) when the file
     cannot be read or the key is weak: card links signed with a weak key can be forged.
     """
-    from ghapp.runtime.links import WeakKeyError, check_master_key  # noqa: PLC0415
-    from ghapp.runtime.settings import SettingsError  # noqa: PLC0415
+    from ghapp.runtime.links import WeakKeyError, check_master_key  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+    from ghapp.runtime.settings import SettingsError  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
 
     path = home / "master.key"
     try:
@@ -134,7 +134,7 @@ class Home:
         stamp = _stamp(rules_path(self.home))
         if self._rules is not None and stamp == self._rules_stamp:
             return self._rules
-        from plugins.agents.registry import KNOWN_AGENT_ADAPTERS  # noqa: PLC0415
+        from plugins.agents.registry import KNOWN_AGENT_ADAPTERS  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
 
         try:
             rules = load_rules(self.home, agents=KNOWN_AGENT_ADAPTERS, channels=CHANNEL_ADAPTERS)
@@ -148,8 +148,8 @@ class Home:
         return rules
 
     def hub(self, **kw: object) -> Hub:
-        from plugins.agents.registry import make_agent  # noqa: PLC0415
-        from plugins.channels.local import make_channels  # noqa: PLC0415
+        from plugins.agents.registry import make_agent  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+        from plugins.channels.local import make_channels  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
 
         rules = self.rules()
         redact = make_redact(self.home, rules, self.env)
@@ -162,7 +162,7 @@ class Home:
             channels=make_channels(rules, self.env),
             redact=redact,
             lease_margin_s=lease_margin_from_env(self.env),
-            **kw,  # type: ignore[arg-type]
+            **kw,  # type: ignore[arg-type]  # callers pass Hub keyword arguments through
         )
 
 
@@ -185,7 +185,7 @@ def secret_values(home: Path, rules: Rules, env: Mapping[str, str]) -> list[str]
 def make_redactor(home: Path, rules: Rules, env: Mapping[str, str]) -> Any:
     """A ``ghapp.runtime.redact.Redactor`` for this process, or None where it is not installed."""
     try:
-        from ghapp.runtime.redact import (  # type: ignore[import-not-found, unused-ignore]  # noqa: PLC0415
+        from ghapp.runtime.redact import (  # type: ignore[import-not-found, unused-ignore]  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
             Redactor,
         )
     except ImportError:  # the redactor is landing in parallel; until then, store as is

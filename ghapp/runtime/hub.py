@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
+import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -415,7 +415,7 @@ class Hub:
 def read_details(path: str | None) -> dict[str, Any]:
     if not path:
         return {}
-    text = Path(path).read_text() if path != "-" else os.sys.stdin.read()  # type: ignore[attr-defined]
+    text = Path(path).read_text() if path != "-" else sys.stdin.read()
     data = json.loads(text)
     if not isinstance(data, dict):
         raise ValueError("details must be a JSON object")

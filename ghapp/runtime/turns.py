@@ -117,7 +117,7 @@ def run_agent(
         beater.start()
     try:
         try:
-            result: AgentResult = agent.run(prepared.request)  # type: ignore[attr-defined]
+            result: AgentResult = agent.run(prepared.request)  # type: ignore[attr-defined]  # agent_for returns an object with run()
         except Exception as exc:  # an adapter bug must not lose the turn
             result = AgentResult(started=False, ok=False, error=f"adapter error: {exc!r}")
     finally:
