@@ -5,7 +5,10 @@ through it; nothing else does.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
+from operator import attrgetter
+from typing import Any
 
 from kernel import facts as f
 from kernel.durations import iso, parse_instant
@@ -16,6 +19,13 @@ from kernel.routing import route, session_of
 from kernel.state import apply
 
 __all__ = ["Context"]
+
+# The facts that set a time to wake up at: a timer armed, a lease taken or renewed.
+_WAKES: dict[type[Any], Callable[[Any], str]] = {
+    f.TimerArmed: attrgetter("due"),
+    f.TurnStarted: attrgetter("lease_until"),
+    f.LeaseRenewed: attrgetter("lease_until"),
+}
 
 
 class Context:
@@ -35,23 +45,18 @@ class Context:
     def emit(self, fact: f.Fact) -> None:
         self.facts.append(fact)
         self.touched |= apply(self.state, fact)
+        when = _WAKES.get(type(fact))
+        if when is not None:
+            self.wakes.append(when(fact))
 
     def wake(self, instant: str) -> None:
         self.wakes.append(instant)
 
     def done(self, reply: Reply) -> Decision:
         """The decision; its ``wake_at`` is the earliest of the instants asked for with
-        :meth:`wake` and of the timers armed and the leases taken or renewed by it."""
+        :meth:`wake` and of the timers armed and the leases taken or renewed by it (no
+        decision both takes a lease and ends its turn, or arms a timer and fires it)."""
         wakes = self.wakes
-        for kind, rid in self.touched:
-            if kind == "timer":
-                tm = self.state.timers.get(rid)
-                if tm is not None and not tm.fired:
-                    wakes.append(tm.due)
-            elif kind == "turn":
-                t = self.state.turns.get(rid)
-                if t is not None and t.state == "running" and t.lease_until:
-                    wakes.append(t.lease_until)
         return Decision(
             facts=tuple(self.facts),
             effects=tuple(self.effects),

@@ -49,7 +49,7 @@ def session_of(matter: str) -> str:
 def route(rules: Rules, event: Event) -> list[tuple[Rule, str]]:
     """(rule, matter) pairs for an event that is not aimed at a matter directly."""
     out: list[tuple[Rule, str]] = []
-    for rule in rules.rules:
-        if matches(rule, event):
+    for rule in rules.rules:  # matches(rule, event), inline: every event comes here
+        if rule.on is not None and trigger_matches(rule.on, event):
             out.append((rule, matter_of(rule, event.subject)))
     return out

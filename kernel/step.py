@@ -188,15 +188,15 @@ def step(state: State, inp: Input, *, now: datetime, rules: Rules) -> Decision:
 
 def _check(inp: Input, decision: Decision) -> None:
     row = STEP[type(inp)]
-    name = type(inp).__name__
+    facts = row.facts
     for fact in decision.facts:
-        if type(fact) not in row.facts:
-            raise OffTable(name, f"the fact {type(fact).__name__}")
+        if type(fact) not in facts:
+            raise OffTable(type(inp).__name__, f"the fact {type(fact).__name__}")
     for effect in decision.effects:
         if type(effect) not in row.effects:
-            raise OffTable(name, f"the effect {type(effect).__name__}")
+            raise OffTable(type(inp).__name__, f"the effect {type(effect).__name__}")
     if decision.reply.code not in row.replies:
-        raise OffTable(name, f"the reply code {decision.reply.code!r}")
+        raise OffTable(type(inp).__name__, f"the reply code {decision.reply.code!r}")
 
 
 Handler = Callable[[Context, Any], Reply]
