@@ -8,6 +8,8 @@ fed back to it, and so what it wrote can be found again by author), then wires:
   (:mod:`ghapp.github.channel`; card links only where the channel says ``"links": true``);
 - the ``github`` executor for receipt actions (:mod:`ghapp.github.executor`);
 - ``/answer CARD N`` comments (:mod:`ghapp.github.answers`), fed by ``server.on_comment``;
+- the delivery pipeline's runner (:mod:`ghapp.github.deliveries`), fed the events of
+  every recorded webhook by ``server.on_events`` and the sweeper's reconciled PRs;
 - the sweeper for missed deliveries, labelled PRs and the outbox (:mod:`ghapp.github.sweeper`),
   every ``AUTOLOOP_GITHUB_SWEEP_S`` seconds (default 300) and once at start.
 
@@ -22,6 +24,7 @@ from typing import Any
 from ghapp.github.answers import AnswerDesk
 from ghapp.github.channel import GitHubCommentChannel
 from ghapp.github.client import GitHubClient
+from ghapp.github.deliveries import Deliveries
 from ghapp.github.executor import GitHubExecutor
 from ghapp.github.sweeper import Sweeper
 from ghapp.runtime.hub import Hub
@@ -84,10 +87,19 @@ def attach(
             )
     hub.channels.update(channels)
     hub.executors["github"] = GitHubExecutor(client, bot_login)
-    answers = AnswerDesk(hub, client, bot_login, wake=server.wake, every_s=sweep_every_s)
+    deliveries = Deliveries(hub, client, bot_login, bot_app_id=server.app_id)
+    server.on_events = deliveries.on_events
+    worker_wake = server.wake
+
+    def wake() -> None:  # an answer may be to a pipeline's card: both look
+        worker_wake()
+        deliveries.wake()
+
+    answers = AnswerDesk(hub, client, bot_login, wake=wake, every_s=sweep_every_s)
     server.on_comment = answers.submit
     sweeper = Sweeper(client, hub, every_s=sweep_every_s, outbox_every_s=outbox_every_s)
-    return [answers, sweeper, _Closing(client)]
+    sweeper.on_events = deliveries.on_events
+    return [answers, sweeper, deliveries, _Closing(client)]
 
 
 class _Closing:

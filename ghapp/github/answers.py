@@ -6,8 +6,9 @@ admin permission on the repository (asked of GitHub at that moment, never cached
 becomes ``hub.answer(card, n, by=login, via="github")``, and the worker is woken so
 the agent resumes at once. Anyone else, or an answer the kernel refuses (unknown card,
 already answered, not an option), gets a short reply comment saying why, and nothing
-changes. The card must belong to a matter about the same repository: write access to
-one repository does not answer questions about another.
+changes. The card must belong to a matter about the same repository (or to a delivery
+pipeline ``deliver/owner/repo#N`` of it): write access to one repository does not answer
+questions about another.
 
 This runs off the request path: the webhook handler has committed the event and only
 puts it on this desk's queue (``server.on_comment``); one background thread works the
@@ -43,6 +44,7 @@ from datetime import timedelta
 from functools import partial
 
 from ghapp.github.client import GitHubClient
+from ghapp.github.deliveries import pipeline_subject
 from ghapp.github.errors import AmbiguousWrite
 from ghapp.github.executor import Target, find_marked, marker, subject_target
 from ghapp.runtime.hub import Hub
@@ -188,11 +190,14 @@ class AnswerDesk:
         return card if isinstance(card, Card) else None
 
     def _same_repo(self, card: Card, repo: str) -> bool:
-        with self.hub.store.read() as tx:
-            matter = tx.get("matter", card.matter)
-        if not isinstance(matter, Matter):
-            return False
-        subject = matter.subject
+        # A delivery pipeline's card: its matter is the pipeline id, deliver/owner/repo#N.
+        subject = pipeline_subject(card.matter)
+        if subject is None:
+            with self.hub.store.read() as tx:
+                matter = tx.get("matter", card.matter)
+            if not isinstance(matter, Matter):
+                return False
+            subject = matter.subject
         return subject.lower() == repo.lower() or subject.lower().startswith(f"{repo.lower()}#")
 
     def _was_handled(self, req: AnswerRequest) -> bool:

@@ -80,6 +80,8 @@ class Sweeper:
         self.outbox_every_s = outbox_every_s
         self.window_s = window_s
         self.now = now
+        # Told of each synthetic event recorded (the delivery runner starts its pipeline).
+        self.on_events: Callable[[list[Event]], None] = lambda events: None
         self.redelivered: dict[str, int] = {}  # delivery GUID -> redeliveries asked for
         self._start_seq = self._last_event()
         self.passes = 0  # sweeps completed (the first runs at start)
@@ -218,4 +220,5 @@ class Sweeper:
                 )
                 if self.hub.emit(event).reply.code == "recorded":
                     out.append(event.id)
+                    self.on_events([event])
         return out

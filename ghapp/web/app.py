@@ -53,6 +53,7 @@ class Server:
     metrics: Metrics = field(default_factory=Metrics)
     wake: Callable[[], None] = lambda: None
     on_comment: Callable[[Event], None] | None = None
+    on_events: Callable[[list[Event]], None] | None = None  # every recorded webhook's events
 
 
 class _BadBody(ValueError):
@@ -133,6 +134,8 @@ def create_app(server: Server) -> Starlette:
         m.observe(time.perf_counter() - started)
         if "recorded" in codes:
             server.wake()
+            if server.on_events is not None and events:
+                server.on_events(events)
             if server.on_comment is not None:
                 for e in events:
                     if e.type == "issue_comment.created":

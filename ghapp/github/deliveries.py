@@ -1,0 +1,532 @@
+"""The delivery pipeline in the server: each labelled PR carried through ``pipeline.decide``.
+
+One pipeline record per pull request lives in the ledger (kind ``pipeline``, id
+``deliver/owner/repo#N``): the stored :class:`~pipeline.Delivery` as data, plus what the
+shell learned for it (``versions``: the live-version probes; ``findings``: the answer to
+a review request). :class:`Deliveries` is the one thread that moves them:
+
+- **Woken, never polling.** :meth:`Deliveries.on_events` (called by the webhook route
+  after its commit, and by the sweeper for the PRs it reconciles) records a ``Wake`` for
+  the pipelines an event concerns: a PR's own events by number; ``check_run``,
+  ``check_suite``, ``status``, ``deployment_status`` and ``push`` without a PR number,
+  every active pipeline of the repository. A ``deliver`` or ``deliver-review`` label
+  (the policy's names) on a PR without an active pipeline starts one. The kernel also
+  wakes a pipeline when one of its actions ends or its card is answered. Besides, the
+  thread sleeps until the earliest ``wake_at`` of the active pipelines (the deadline
+  each decision asked for); the sleep is capped at :data:`BACKSTOP_S` only so that a
+  wake-up another replica recorded in the shared ledger is seen within a minute.
+- **One decision** (:meth:`Deliveries.process`): read the record, the policy on the
+  default branch, the answers to its writes (the outbox's action records, matter = the
+  pipeline id), its card's answer, then a snapshot; ``decide``; commit the new delivery
+  with ``Advance`` (its writes as actions, its cards as cards); carry the decision's
+  effects out through the outbox. A probe of the live version is made inline and kept
+  in the record; while a write, a probe or a review answer came back, it decides again
+  (at most :data:`MAX_DECISIONS` times a wake), so answers feed back at once.
+- **Review agents.** No review agent runs in this server yet: a ``RequestReview`` is
+  answered at once with findings that say so (no verdict), and the pipeline raises its
+  own card about the missing review. ``review = "none"`` and ``approvals:N`` work.
+- **Merge order.** ``merge_queue_first`` comes from :func:`pipeline.first_in_line` over
+  the active deliveries of the same repository and base.
+- **Restarts.** On start every active pipeline is decided once.
+- **Trouble.** An error talking to GitHub is one log line; that pipeline is tried again
+  after a backoff (5 s, doubling up to 5 minutes), kept in this process only.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+
+from ghapp.github.client import GitHubClient
+from ghapp.github.outcomes import effect_action, write_result
+from ghapp.github.readcache import ReadCache
+from ghapp.github.snapshot import Extras, read_policy, read_snapshot
+from ghapp.github.version import compare_with, probe_version
+from ghapp.runtime.hub import Hub
+from kernel import inputs as k
+from kernel.codec import to_data
+from kernel.durations import iso
+from kernel.model import Event
+from kernel.records import Action, Card
+from pipeline import (
+    CARD_SLOT,
+    TERMINAL,
+    CardAnswer,
+    Delivery,
+    Policy,
+    ProbeVersion,
+    Progress,
+    RaiseCard,
+    RequestReview,
+    ResolveCard,
+    ReviewFindings,
+    Step,
+    VersionObservation,
+    decide,
+    delivery_from_data,
+    delivery_to_data,
+    first_in_line,
+    start,
+)
+from pipeline.stages import Mode
+
+__all__ = ["BACKSTOP_S", "MAX_DECISIONS", "Deliveries", "pipeline_id", "pipeline_subject"]
+
+log = logging.getLogger("autoloop.github.deliveries")
+
+BACKSTOP_S = 60.0  # the longest sleep: a wake recorded by another replica is seen by then
+MAX_DECISIONS = 8  # decisions per wake of one pipeline (answers feed back at once)
+VERSIONS_KEPT = 20  # probe answers kept in the record (the newest)
+RETRY_FIRST_S, RETRY_MAX_S = 5.0, 300.0
+NO_REVIEWER = "no review agent runs in this server yet: review this PR yourself"
+
+_SUBJECT = re.compile(r"^([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)#([0-9]+)$")
+_PULL_EVENTS = ("pull_request.", "pull_request_review.")
+_REPO_EVENTS = ("check_run.", "check_suite.", "status.", "deployment_status.", "push")
+_SHELL_KEYS = ("versions", "findings")
+
+
+def pipeline_id(repo: str, number: int) -> str:
+    """The id of the pipeline of ``repo``'s PR ``number`` (the Delivery's id)."""
+    return f"deliver/{repo}#{number}"
+
+
+def pipeline_subject(pid: str) -> str | None:
+    """``owner/repo#N`` of a pipeline id ``deliver/owner/repo#N``; None for other ids."""
+    if not pid.startswith("deliver/"):
+        return None
+    subject = pid.removeprefix("deliver/")
+    return subject if _SUBJECT.match(subject) else None
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class _Start:
+    repo: str
+    number: int
+    head_sha: str
+    labels: tuple[str, ...]
+    by: str
+
+
+class Deliveries:
+    """The runner of delivery pipelines (see the module docstring)."""
+
+    def __init__(
+        self,
+        hub: Hub,
+        client: GitHubClient,
+        bot_login: str,
+        *,
+        bot_app_id: int | None,
+        backstop_s: float = BACKSTOP_S,
+    ) -> None:
+        self.hub = hub
+        self.client = client
+        self.bot_login = bot_login
+        self.bot_app_id = bot_app_id
+        self.backstop_s = backstop_s
+        self.cache = ReadCache()
+        self.http = httpx.Client()
+        self._starts: list[_Start] = []
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._retry: dict[str, tuple[datetime, float]] = {}  # pipeline -> (when, backoff)
+        self._busy = False
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._run, name="deliveries", daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=timeout)
+            self._thread = None
+        self.http.close()
+
+    def wake(self) -> None:
+        """Look at the due pipelines now (something may have woken one in the ledger)."""
+        self._wake.set()
+
+    def idle(self) -> bool:
+        """Nothing queued, nothing being decided (for tests)."""
+        with self._lock:
+            return not self._starts and not self._busy and not self._wake.is_set()
+
+    # -- events ------------------------------------------------------------------------
+
+    def on_events(self, events: Iterable[Event]) -> None:
+        """Called after the events were committed: wake the pipelines they concern, and
+        queue a start for a PR that got one of the delivery labels. Never calls GitHub."""
+        wake: set[str] = set()
+        repos: set[str] = set()
+        for event in events:
+            if event.source != "github":
+                continue
+            d = event.details
+            found = _SUBJECT.match(event.subject)
+            repo = _text(d.get("repo")) or (found.group(1) if found else "")
+            number = int(found.group(2)) if found else _number(d.get("number"))
+            if event.type.startswith(_PULL_EVENTS) and repo and number:
+                wake.add(pipeline_id(repo, number))
+                if event.type in ("pull_request.labeled", "pull_request.reconciled"):
+                    # labeled: only the label just added starts one (not the others
+                    # the PR already had); reconciled: any delivery label it carries.
+                    labels = (
+                        (_text(d.get("label")),)
+                        if event.type == "pull_request.labeled"
+                        else tuple(_text(x) for x in d.get("labels") or () if _text(x))
+                    )
+                    with self._lock:
+                        self._starts.append(
+                            _Start(
+                                repo=repo,
+                                number=number,
+                                head_sha=_text(d.get("head_sha")),
+                                labels=labels,
+                                by=_text(d.get("sender")),
+                            )
+                        )
+            elif event.type.startswith(_REPO_EVENTS) and repo:
+                if number:
+                    wake.add(pipeline_id(repo, number))
+                else:
+                    repos.add(repo.lower())
+        if repos:
+            for p in self._active():
+                subject = pipeline_subject(p.id) or ""
+                if subject.split("#", 1)[0].lower() in repos:
+                    wake.add(p.id)
+        if wake:
+            self.hub.ledger.decide(k.Wake(pipelines=tuple(sorted(wake))))
+        if wake or self._starts:
+            self._wake.set()
+
+    # -- the loop ----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        for p in self._active():  # recovery: every active pipeline once
+            if self._stop.is_set():
+                return
+            self._safely(p.id)
+        while not self._stop.is_set():
+            self._wake.clear()
+            with self._lock:
+                starts, self._starts = self._starts, []
+                self._busy = True
+            try:
+                for s in starts:
+                    self._start(s)
+                for pid in self._due():
+                    if self._stop.is_set():
+                        break
+                    self._safely(pid)
+            finally:
+                with self._lock:
+                    self._busy = False
+            self._wake.wait(self._sleep_s())
+
+    def _safely(self, pid: str) -> None:
+        try:
+            self.process(pid)
+        except Exception as exc:  # one pipeline's trouble (GitHub down, ...) must not stop the rest
+            _, backoff = self._retry.get(pid, (self.hub.clock(), RETRY_FIRST_S / 2))
+            backoff = min(backoff * 2, RETRY_MAX_S)
+            self._retry[pid] = (self.hub.clock() + timedelta(seconds=backoff), backoff)
+            log.warning(
+                "delivery %s: %s: %s; again in %.0f s", pid, type(exc).__name__, exc, backoff
+            )
+        else:
+            self._retry.pop(pid, None)
+
+    def _active(self) -> list[Any]:
+        with self.hub.store.read() as tx:
+            return list(tx.query("pipeline", states=["active"]))
+
+    def _due(self) -> list[str]:
+        now = self.hub.clock()
+        with self.hub.store.read() as tx:
+            due = [p.id for p in tx.query("pipeline", states=["active"], due_before=iso(now))]
+        due += [pid for pid, (at, _) in self._retry.items() if at <= now and pid not in due]
+        return due
+
+    def _sleep_s(self) -> float:
+        now = self.hub.clock()
+        times = [at for at, _ in self._retry.values()]
+        for p in self._active():
+            if p.wake_at:
+                times.append(datetime.fromisoformat(p.wake_at))
+        if not times:
+            return self.backstop_s
+        return max(0.0, min(self.backstop_s, (min(times) - now).total_seconds()))
+
+    # -- starting ----------------------------------------------------------------------
+
+    def _start(self, s: _Start) -> None:
+        pid = pipeline_id(s.repo, s.number)
+        with self.hub.store.read() as tx:
+            rec = tx.get("pipeline", pid)
+        if rec is not None and not rec.ended:
+            return  # already on its way: the wake recorded for the event moves it
+        try:
+            policy = read_policy(self.client, s.repo, agents=self._agents())
+        except Exception as exc:  # GitHub unreachable: the sweeper reconciles the PR later
+            log.warning("delivery %s: cannot read the policy: %s", pid, exc)
+            return
+        labels = policy.labels if isinstance(policy, Policy) else Policy().labels
+        names = {n.casefold() for n in s.labels}
+        mode: Mode
+        if labels.deliver.casefold() in names:
+            mode = "deliver"
+        elif labels.review.casefold() in names:
+            mode = "review"
+        else:
+            return
+        now = self.hub.clock()
+        run = 1
+        if rec is not None:
+            run = int(rec.data.get("run", 0)) + 1
+        head = s.head_sha or str(self.client.get_pull(s.repo, s.number)["head"]["sha"])
+        delivery = start(
+            repo=s.repo, number=s.number, head_sha=head, mode=mode, now=now, run=run, by=s.by
+        )
+        out = self.hub.ledger.decide(
+            k.Advance(
+                pipeline=pid,
+                subject=f"{s.repo}#{s.number}",
+                version=rec.version if rec is not None else 0,
+                stage=delivery.stage,
+                data=delivery_to_data(delivery),
+                wake_at=iso(now),
+            )
+        )
+        self.hub.outbox.carry_out(out)
+        if out.reply.code == "advanced":
+            log.info("delivery %s: started (%s, run %d)", pid, mode, run)
+
+    # -- one pipeline ------------------------------------------------------------------
+
+    def process(self, pid: str) -> Step | None:
+        """Decide ``pid`` until it waits on the world (or :data:`MAX_DECISIONS` times);
+        returns the last step, None when there is no active pipeline ``pid``."""
+        last: Step | None = None
+        stale = 0
+        decisions = 0
+        while decisions < MAX_DECISIONS:
+            decisions += 1
+            outcome = self._decide_once(pid)
+            if outcome is None:
+                return last
+            step, code, again = outcome
+            if code == "stale":
+                stale += 1
+                if stale > 1:
+                    raise RuntimeError("the pipeline record kept moving under this decision")
+                continue
+            last = step
+            if not again or step.delivery.stage in TERMINAL:
+                break
+        return last
+
+    def _decide_once(self, pid: str) -> tuple[Step, str, bool] | None:
+        with self.hub.store.read() as tx:
+            rec = tx.get("pipeline", pid)
+            if rec is None or rec.ended:
+                return None
+            actions = [a for a in tx.query("action", matter=pid) if isinstance(a, Action)]
+            cards = [c for c in tx.query("card", matter=pid) if isinstance(c, Card)]
+            others = [
+                delivery_from_data(_delivery_part(p.data))
+                for p in tx.query("pipeline", states=["active"])
+                if p.id != pid
+            ]
+        data = dict(rec.data)
+        delivery = delivery_from_data(_delivery_part(data))
+        versions = [VersionObservation(**v) for v in data.get("versions") or ()]
+        raw = data.get("findings")
+        findings = ReviewFindings(**raw) if isinstance(raw, Mapping) else None
+        policy = read_policy(self.client, delivery.repo, agents=self._agents())
+        results = tuple(r for r in (write_result(a) for a in actions) if r is not None)
+        extras = Extras(
+            merge_queue_first=first_in_line(delivery, others),
+            results=results,
+            findings=findings,
+            versions=tuple(versions),
+            answer=_answer(delivery, cards),
+        )
+        pr = read_snapshot(
+            self.client,
+            delivery,
+            bot_login=self.bot_login,
+            bot_app_id=self.bot_app_id,
+            policy=policy,
+            extras=extras,
+            cache=self.cache,
+        )
+        now = self.hub.clock()
+        step = decide(delivery, pr, policy, now)
+        d = step.delivery
+
+        again = False
+        specs: list[Any] = []
+        late: list[Any] = []  # progress naming a card raised in this same decision
+        new_cards: list[Any] = []
+        resolve: list[str] = []
+        open_card = d.card.key if d.card is not None else ""
+        card_id = str(rec.cards.get(open_card, "")) if open_card else ""
+        for effect in step.effects:
+            if isinstance(effect, ProbeVersion):
+                compare = compare_with(self.client, d.repo, self.cache)
+                versions.append(
+                    probe_version(
+                        self.http,
+                        effect.url,
+                        effect.field,
+                        effect.merge_sha,
+                        effect.attempt,
+                        compare=compare,
+                        now=self.hub.clock,
+                    )
+                )
+                again = True
+            elif isinstance(effect, RequestReview):
+                findings = ReviewFindings(
+                    request=effect.key, head_sha=effect.head_sha, event=None, error=NO_REVIEWER
+                )
+                again = True
+            elif isinstance(effect, RaiseCard):
+                new_cards.append(
+                    k.CardSpec(
+                        key=effect.card,
+                        title=effect.title,
+                        text=effect.text,
+                        options=effect.options,
+                    )
+                )
+            elif isinstance(effect, ResolveCard):
+                resolve.append(effect.card)
+            else:
+                mapped = effect_action(d, effect, card_id=card_id)
+                if mapped is None:
+                    raise RuntimeError(f"no action carries out {type(effect).__name__}")
+                do, params = mapped
+                spec = k.ActionSpec(id=effect.key, do=do, params=params)
+                needs_card = (
+                    isinstance(effect, Progress)
+                    and CARD_SLOT in effect.comment_body
+                    and not card_id
+                )
+                (late if needs_card else specs).append(spec)
+
+        new_data: dict[str, Any] = delivery_to_data(d)
+        kept = [to_data(v) for v in versions[-VERSIONS_KEPT:]]
+        if kept:
+            new_data["versions"] = kept
+        if findings is not None:
+            new_data["findings"] = to_data(findings)
+        wake_at = iso(step.wake_at) if step.wake_at is not None else ""
+        ended = d.stage in TERMINAL
+        unchanged = (
+            new_data == data
+            and rec.stage == d.stage
+            and (rec.wake_at or "") == wake_at
+            and not (specs or late or new_cards or resolve)
+        )
+        if unchanged:
+            return step, "unchanged", again
+        out = self.hub.ledger.decide(
+            k.Advance(
+                pipeline=pid,
+                subject=f"{d.repo}#{d.number}",
+                version=rec.version,
+                stage=d.stage,
+                data=new_data,
+                wake_at=wake_at,
+                ended=ended,
+                actions=tuple(specs),
+                cards=tuple(new_cards),
+                resolve=tuple(resolve),
+            )
+        )
+        if out.reply.code != "advanced":
+            return step, out.reply.code, False
+        self.hub.outbox.carry_out(out)
+        requested = list(out.reply.data.get("actions") or ())
+        if late and not ended:
+            ids = dict(out.reply.data.get("cards") or {})
+            card_id = str(ids.get(open_card, ""))
+            filled = [_fill_card(s, card_id) for s in late]
+            second = self.hub.ledger.decide(
+                k.Advance(
+                    pipeline=pid,
+                    subject=f"{d.repo}#{d.number}",
+                    version=int(out.reply.data["version"]),
+                    stage=d.stage,
+                    data=new_data,
+                    wake_at=wake_at,
+                    actions=tuple(filled),
+                )
+            )
+            if second.reply.code == "advanced":
+                self.hub.outbox.carry_out(second)
+                requested += list(second.reply.data.get("actions") or ())
+        if d.stage != delivery.stage:
+            log.info("delivery %s: %s -> %s", pid, delivery.stage, d.stage)
+        # A write we asked for has ended (the outbox performs it inline): decide again,
+        # unless all it asked for was showing progress.
+        writes = [s for s in specs if s.id in requested and s.do != "github.progress"]
+        return step, "advanced", again or bool(writes)
+
+    def _agents(self) -> frozenset[str]:
+        return frozenset(self.hub.rules().agents)
+
+
+# ------------------------------------------------------------------------------ helpers
+
+
+def _delivery_part(data: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in data.items() if key not in _SHELL_KEYS}
+
+
+def _answer(delivery: Delivery, cards: list[Card]) -> CardAnswer | None:
+    """A person's answer to the delivery's open card, if there is one yet."""
+    if delivery.card is None:
+        return None
+    for card in cards:
+        if card.key == delivery.card.key and card.choice is not None:
+            return CardAnswer(card=card.key, choice=card.choice, by=card.answered_by)
+    return None
+
+
+def _fill_card(spec: Any, card_id: str) -> Any:
+    params = dict(spec.params)
+    body = params.get("comment_body")
+    if isinstance(body, str) and card_id:
+        params["comment_body"] = body.replace(CARD_SLOT, card_id)
+    return k.ActionSpec(id=spec.id, do=spec.do, params=params)
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _number(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
