@@ -5,6 +5,12 @@ built-in demo agent, then walks an issue through triage: a person opens it, the 
 asks how to triage it (a card posted as a GitHub comment), a maintainer answers with
 ``/answer``, the agent resumes its own session and the hub comments and labels for it.
 Every step is printed, and the run ends with the ``why`` trail of each turn.
+
+Then a pull request is delivered: labelled ``deliver``, the delivery pipeline reviews
+it (the policy asks for no review), waits for its required check, merges it, waits for
+the deployment of the merge commit and for the live version to report it. Each stage is
+printed as the pipeline record in the ledger moves. ``--only triage`` or
+``--only deliver`` runs one of the two stories.
 """
 
 from __future__ import annotations
@@ -71,11 +77,15 @@ def running_app(ctx: Home, settings: Settings, port: int) -> Iterator[Running]:
         running.stop()
 
 
+STORIES = ("triage", "deliver")
+
+
 class Demo:
-    def __init__(self, home: Path, out: Callable[[str], None]) -> None:
+    def __init__(self, home: Path, out: Callable[[str], None], *, only: str | None = None) -> None:
         self.home = home
         self.say = out
         self.step_no = 0
+        self.stories = (only,) if only else STORIES
 
     def step(self, text: str) -> None:
         self.step_no += 1
@@ -104,7 +114,10 @@ class Demo:
             ctx = Home.open(env=env, home=self.home)
             try:
                 with running_app(ctx, settings, port) as running:
-                    self.story(gh, ctx, running)
+                    if "triage" in self.stories:
+                        self.story(gh, ctx, running)
+                    if "deliver" in self.stories:
+                        self.deliver_story(gh, ctx)
             finally:
                 ctx.store.close()
         self.say(f"\ndone in {time.monotonic() - started:.1f} s")
@@ -163,6 +176,62 @@ class Demo:
         for line in why_lines(ctx.store, last.id):
             self.note(line)
         self.say(f"\nexplore it yourself: AUTOLOOP_HOME={self.home} autoloop status")
+
+    def deliver_story(self, gh: SandboxHandle, ctx: Home) -> None:
+        world = gh.world
+        before = len(world.audit.entries())  # the writes of this story come after these
+        live_url = f"{gh.api_url}/_sandbox/live/{gh.repo}"
+        policy = (
+            '[deliver]\nmerge_method = "squash"\nreview = "none"\n\n'
+            '[deliver.deploy]\nenvironment = "production"\n'
+            f'version_url = "{live_url}"\nmatches = 1\n'
+        )
+        world.push("maintainer", "main", {".github/autoloop.toml": policy})
+        world.set_protection("main", contexts=["ci"])
+        world.set_ci({"ci": "success"}, delay=0.3)
+        world.set_deploy(delay=0.3)
+        world.settle()
+        self.step("the delivery policy .github/autoloop.toml is on main; 'ci' is required")
+        self.note(f"merges deploy to production; the live version is at {live_url}")
+        number = world.open_pr(
+            "contributor", "feature", "Add the feature", {"feature.py": "x = 1\n"}
+        )
+        self.step(f"a contributor opens PR #{number} 'Add the feature'; CI starts on it")
+        world.add_label("maintainer", number, "deliver")
+        self.step(f"a maintainer labels PR #{number} 'deliver': the pipeline takes it over")
+        self.note("each stage below is the pipeline record in the ledger moving")
+        pid = f"deliver/{gh.repo}#{number}"
+        shown = 0
+        deadline = time.monotonic() + 30
+        ended = False
+        while not ended:
+            if time.monotonic() > deadline:
+                raise DemoFailed(f"timed out waiting for {pid} to be delivered")
+            with ctx.store.read() as tx:
+                rec = tx.get("pipeline", pid)
+            history = list(rec.data.get("history") or ()) if rec is not None else []
+            for entry in history[shown:]:
+                note = f": {entry['note']}" if entry.get("note") else ""
+                self.note(f"stage {entry['stage']}{note}")
+            shown = len(history)
+            ended = rec is not None and rec.ended
+            time.sleep(0.05)
+        if rec.stage != "delivered":
+            raise DemoFailed(f"{pid} ended {rec.stage}, not delivered")
+        world.settle()
+        bot = f"{gh.sandbox.app.slug}[bot]"
+        writes = [w for w in world.audit.entries()[before:] if w.actor == bot]
+
+        def count(method: str, part: str) -> int:
+            return len([w for w in writes if w.method == method and part in w.path])
+
+        self.step(f"PR #{number} is delivered; the sandbox's audit log of the app's writes:")
+        self.note(f"merges: {count('PUT', '/merge')}")
+        self.note(
+            f"check run autoloop/deliver: {count('POST', '/check-runs')} created, "
+            f"{count('PATCH', '/check-runs/')} updates in place"
+        )
+        self.note(f"sticky progress comment: {count('POST', f'/issues/{number}/comments')} created")
 
     # ---------------------------------------------------------------------------- lookups
 
@@ -241,9 +310,10 @@ def main(argv: list[str]) -> int:
         prog="autoloop demo", description="The whole product offline: sandbox GitHub, app, agent."
     )
     p.add_argument("--home", type=Path, help="state folder (default: a new temporary folder)")
+    p.add_argument("--only", choices=STORIES, help="run only this story")
     args = p.parse_args(argv)
     home = args.home or Path(tempfile.mkdtemp(prefix="autoloop-demo-"))
-    demo = Demo(home, lambda s: print(s, flush=True))
+    demo = Demo(home, lambda s: print(s, flush=True), only=args.only)
     try:
         return demo.run()
     except DemoFailed as exc:

@@ -41,3 +41,18 @@ def test_demo_runs_to_the_end_in_under_a_minute(tmp_path: Path) -> None:
         line for line in out.splitlines() if "POST /repos/sandbox/demo/issues/1/labels" in line
     ]
     assert len(posts) == 1
+    # the deliver story: every stage of the pipeline record, one merge
+    stages = [line.split()[1].rstrip(":") for line in out.splitlines() if "   stage " in line]
+    assert stages == [
+        "review",
+        "ready",
+        "checks",
+        "merge",
+        "deployment",
+        "live_version",
+        "delivered",
+    ], out
+    assert "PR #2 is delivered" in out
+    assert "merges: 1" in out
+    assert "check run autoloop/deliver: 1 created" in out
+    assert "sticky progress comment: 1 created" in out

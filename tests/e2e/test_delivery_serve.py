@@ -1,0 +1,182 @@
+"""The delivery pipeline in ``autoloop serve``: a labelled PR carried to delivered.
+
+Real HTTP both ways against the sandbox GitHub: its signed webhooks wake the pipeline,
+the pipeline's writes go through the outbox to its REST API, and the pipeline record in
+the ledger says where each delivery is. Nothing polls GitHub: every move below follows
+a webhook, an answer to one of the pipeline's own writes, or its own deadline.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from fakegithub.server import SandboxHandle, running_sandbox
+from ghapp.github import retry
+from ghapp.github.deliveries import Deliveries
+from tests.e2e.test_github_app_sandbox import rules, settings_env, wait_for
+from tests.servers import Live, live_server
+
+MERGE_TIMEOUT = 20.0
+
+
+def policy_text(gh: SandboxHandle, *, review: str = "none", deploy: bool = True) -> str:
+    text = f'[deliver]\nmerge_method = "squash"\nreview = "{review}"\n'
+    if deploy:
+        live = f"{gh.api_url}/_sandbox/live/{gh.repo}"
+        text += (
+            f'\n[deliver.deploy]\nenvironment = "production"\ntimeout = "10m"\n'
+            f'version_url = "{live}"\nmatches = 1\n'
+        )
+    return text
+
+
+@contextmanager
+def sandbox() -> Iterator[SandboxHandle]:
+    retry.set_testing(True)
+    try:
+        with running_sandbox() as gh:
+            gh.world.set_collaborator("maintainer", "maintain")
+            yield gh
+    finally:
+        retry.set_testing(False)
+
+
+@contextmanager
+def serving(gh: SandboxHandle, home: Path) -> Iterator[Live]:
+    with live_server(home, rules(), env=settings_env(gh), connect_github=True) as live:
+        gh.world.set_app_url(live.url + "/github/webhook")
+        yield live
+    gh.world.set_app_url(None)
+
+
+def prepare(gh: SandboxHandle, *, review: str = "none", ci: str | None = "success") -> None:
+    world = gh.world
+    world.push("maintainer", "main", {".github/autoloop.toml": policy_text(gh, review=review)})
+    world.set_protection("main", contexts=["ci"])
+    if ci is not None:
+        world.set_ci({"ci": ci})
+    world.set_deploy(delay=0.1)
+    assert world.settle()
+
+
+def open_pr(gh: SandboxHandle) -> tuple[int, str]:
+    number = gh.world.open_pr(
+        "contributor", "feature", "Add the feature", {"feature.py": "x = 1\n"}
+    )
+    head = gh.sandbox.state.repos[gh.repo].branches["feature"]
+    return number, head
+
+
+def record(live: Live, gh: SandboxHandle, number: int) -> Any:
+    with live.hub.store.read() as tx:
+        return tx.get("pipeline", f"deliver/{gh.repo}#{number}")
+
+
+def stage_is(live: Live, gh: SandboxHandle, number: int, stage: str) -> bool:
+    rec = record(live, gh, number)
+    return rec is not None and rec.stage == stage
+
+
+def own(gh: SandboxHandle, method: str, tail: str) -> int:
+    bot = f"{gh.sandbox.app.slug}[bot]"
+    entries = gh.world.audit.entries(method=method)
+    return len([e for e in entries if e.path.endswith(tail) and e.actor == bot])
+
+
+def sticky(gh: SandboxHandle, number: int) -> list[str]:
+    bot = f"{gh.sandbox.app.slug}[bot]"
+    comments = gh.sandbox.state.repos[gh.repo].comments.values()
+    return [
+        c.body
+        for c in comments
+        if c.user == bot and c.number == number and "autoloop:deliver=" in c.body
+    ]
+
+
+def own_runs(gh: SandboxHandle, head: str) -> list[tuple[str, str | None]]:
+    runs = gh.sandbox.state.repos[gh.repo].check_runs.values()
+    return [(r.status, r.conclusion) for r in runs if r.head_sha == head and r.app_id == gh.app_id]
+
+
+def assert_delivered(live: Live, gh: SandboxHandle, number: int, head: str) -> None:
+    rec = record(live, gh, number)
+    assert rec.ended
+    stages = [h["stage"] for h in rec.data["history"]]
+    assert stages[-4:] == ["merge", "deployment", "live_version", "delivered"]
+    assert own(gh, "PUT", "/merge") == 1
+    assert own_runs(gh, head) == [("completed", "success")]
+    (body,) = sticky(gh, number)
+    assert "Delivered" in body
+
+
+def test_a_labelled_pr_is_merged_deployed_and_live(tmp_path: Path) -> None:
+    started = time.monotonic()
+    with sandbox() as gh, serving(gh, tmp_path / "home") as live:
+        prepare(gh)
+        number, head = open_pr(gh)
+        gh.world.add_label("maintainer", number, "deliver")
+        wait_for("delivered", lambda: stage_is(live, gh, number, "delivered"), MERGE_TIMEOUT)
+        wait_for("the last progress", lambda: own_runs(gh, head) == [("completed", "success")])
+        assert_delivered(live, gh, number, head)
+        assert gh.sandbox.state.repos[gh.repo].pulls[number].merged
+    assert time.monotonic() - started < 30
+
+
+def test_deliver_review_with_no_review_asked_reviews_and_never_merges(tmp_path: Path) -> None:
+    with sandbox() as gh, serving(gh, tmp_path / "home") as live:
+        prepare(gh)
+        number, _ = open_pr(gh)
+        gh.world.add_label("maintainer", number, "deliver-review")
+        wait_for("reviewed", lambda: stage_is(live, gh, number, "reviewed"), MERGE_TIMEOUT)
+        wait_for("the sticky comment", lambda: len(sticky(gh, number)) == 1)
+        assert record(live, gh, number).data["mode"] == "review"
+        assert own(gh, "PUT", "/merge") == 0
+        assert not gh.sandbox.state.repos[gh.repo].pulls[number].merged
+
+
+def test_removing_the_label_mid_flight_cancels_without_a_merge(tmp_path: Path) -> None:
+    with sandbox() as gh, serving(gh, tmp_path / "home") as live:
+        prepare(gh, ci=None)  # the required check "ci" never reports
+        number, _ = open_pr(gh)
+        gh.world.add_label("maintainer", number, "deliver")
+        wait_for("checks", lambda: stage_is(live, gh, number, "checks"), MERGE_TIMEOUT)
+        gh.world.remove_label("maintainer", number, "deliver")
+        wait_for("cancelled", lambda: stage_is(live, gh, number, "cancelled"), MERGE_TIMEOUT)
+        assert record(live, gh, number).ended
+        assert own(gh, "PUT", "/merge") == 0
+        wait_for("the sticky comment", lambda: "cancelled" in " ".join(sticky(gh, number)).lower())
+
+
+def test_a_lost_answer_to_the_merge_still_merges_once(tmp_path: Path) -> None:
+    with sandbox() as gh, serving(gh, tmp_path / "home") as live:
+        prepare(gh)
+        gh.world.faults.add("response_lost", method="PUT", path="*/merge")
+        number, head = open_pr(gh)
+        gh.world.add_label("maintainer", number, "deliver")
+        wait_for("delivered", lambda: stage_is(live, gh, number, "delivered"), MERGE_TIMEOUT)
+        wait_for("the last progress", lambda: own_runs(gh, head) == [("completed", "success")])
+        assert_delivered(live, gh, number, head)
+
+
+def test_a_restart_while_waiting_for_checks_finishes_the_delivery(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    with sandbox() as gh:
+        prepare(gh, ci=None)
+        number, head = open_pr(gh)
+        with serving(gh, home) as live:
+            gh.world.add_label("maintainer", number, "deliver")
+            wait_for("checks", lambda: stage_is(live, gh, number, "checks"), MERGE_TIMEOUT)
+            runner = next(x for x in live.running.extras if isinstance(x, Deliveries))
+            wait_for("the runner to rest", runner.idle)
+        # While no server runs, CI reports: its webhooks find nobody.
+        gh.world.set_ci({"ci": "success"})
+        gh.world.run_ci(head)
+        assert gh.world.settle()
+        with serving(gh, home) as live:
+            wait_for("delivered", lambda: stage_is(live, gh, number, "delivered"), MERGE_TIMEOUT)
+            wait_for("the last progress", lambda: own_runs(gh, head) == [("completed", "success")])
+            assert_delivered(live, gh, number, head)
