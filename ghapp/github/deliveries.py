@@ -138,7 +138,8 @@ class Deliveries:
         self.backstop_s = backstop_s
         self.cache = ReadCache()
         self.http = httpx.Client()
-        self._starts: list[_Start] = []
+        self._events: list[Event] = []
+        self._seen: dict[str, str] = {}  # pipeline -> the wake_at it was last decided at
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -169,18 +170,26 @@ class Deliveries:
     def idle(self) -> bool:
         """Nothing queued, nothing being decided (for tests)."""
         with self._lock:
-            return not self._starts and not self._busy and not self._wake.is_set()
+            return not self._events and not self._busy and not self._wake.is_set()
 
     # -- events ------------------------------------------------------------------------
 
     def on_events(self, events: Iterable[Event]) -> None:
-        """Called after the events were committed: wake the pipelines they concern, and
-        queue a start for a PR that got one of the delivery labels. Never calls GitHub."""
+        """Called after the events were committed (on the request path: only queues; the
+        runner's thread records the wake-ups and starts)."""
+        found = [e for e in events if e.source == "github"]
+        if found:
+            with self._lock:
+                self._events.extend(found)
+            self._wake.set()
+
+    def _take_events(self, events: list[Event]) -> None:
+        """Record a ``Wake`` for the active pipelines ``events`` concern, and start one
+        for a PR that got one of the delivery labels."""
+        active = {p.id: p for p in self._active()}
         wake: set[str] = set()
         repos: set[str] = set()
         for event in events:
-            if event.source != "github":
-                continue
             d = event.details
             found = _SUBJECT.match(event.subject)
             repo = _text(d.get("repo")) or (found.group(1) if found else "")
@@ -195,30 +204,27 @@ class Deliveries:
                         if event.type == "pull_request.labeled"
                         else tuple(_text(x) for x in d.get("labels") or () if _text(x))
                     )
-                    with self._lock:
-                        self._starts.append(
-                            _Start(
-                                repo=repo,
-                                number=number,
-                                head_sha=_text(d.get("head_sha")),
-                                labels=labels,
-                                by=_text(d.get("sender")),
-                            )
+                    self._start(
+                        _Start(
+                            repo=repo,
+                            number=number,
+                            head_sha=_text(d.get("head_sha")),
+                            labels=labels,
+                            by=_text(d.get("sender")),
                         )
+                    )
             elif event.type.startswith(_REPO_EVENTS) and repo:
                 if number:
                     wake.add(pipeline_id(repo, number))
                 else:
                     repos.add(repo.lower())
-        if repos:
-            for p in self._active():
-                subject = pipeline_subject(p.id) or ""
-                if subject.split("#", 1)[0].lower() in repos:
-                    wake.add(p.id)
+        for pid in active:
+            subject = pipeline_subject(pid) or ""
+            if subject.split("#", 1)[0].lower() in repos:
+                wake.add(pid)
+        wake &= set(active)
         if wake:
             self.hub.ledger.decide(k.Wake(pipelines=tuple(sorted(wake))))
-        if wake or self._starts:
-            self._wake.set()
 
     # -- the loop ----------------------------------------------------------------------
 
@@ -230,11 +236,11 @@ class Deliveries:
         while not self._stop.is_set():
             self._wake.clear()
             with self._lock:
-                starts, self._starts = self._starts, []
+                events, self._events = self._events, []
                 self._busy = True
             try:
-                for s in starts:
-                    self._start(s)
+                if events:
+                    self._take_events_safely(events)
                 for pid in self._due():
                     if self._stop.is_set():
                         break
@@ -244,7 +250,17 @@ class Deliveries:
                     self._busy = False
             self._wake.wait(self._sleep_s())
 
+    def _take_events_safely(self, events: list[Event]) -> None:
+        try:
+            self._take_events(events)
+        except Exception as exc:  # the ledger or GitHub failed: the sweeper reconciles later
+            log.warning("delivery events: %s: %s", type(exc).__name__, exc)
+
     def _safely(self, pid: str) -> None:
+        with self.hub.store.read() as tx:
+            rec = tx.get("pipeline", pid)
+        if rec is not None:
+            self._seen[pid] = rec.wake_at
         try:
             self.process(pid)
         except Exception as exc:  # one pipeline's trouble (GitHub down, ...) must not stop the rest
@@ -262,9 +278,12 @@ class Deliveries:
             return list(tx.query("pipeline", states=["active"]))
 
     def _due(self) -> list[str]:
+        """Due pipelines, but not one whose due time was already decided on and left as it
+        was (a decision that changes nothing must not spin), and those whose retry is due."""
         now = self.hub.clock()
         with self.hub.store.read() as tx:
-            due = [p.id for p in tx.query("pipeline", states=["active"], due_before=iso(now))]
+            found = tx.query("pipeline", states=["active"], due_before=iso(now))
+        due = [p.id for p in found if self._seen.get(p.id) != p.wake_at]
         due += [pid for pid, (at, _) in self._retry.items() if at <= now and pid not in due]
         return due
 
@@ -272,7 +291,7 @@ class Deliveries:
         now = self.hub.clock()
         times = [at for at, _ in self._retry.values()]
         for p in self._active():
-            if p.wake_at:
+            if p.wake_at and self._seen.get(p.id) != p.wake_at:
                 times.append(datetime.fromisoformat(p.wake_at))
         if not times:
             return self.backstop_s
@@ -468,8 +487,8 @@ class Deliveries:
         )
         if out.reply.code != "advanced":
             return step, out.reply.code, False
-        self.hub.outbox.carry_out(out)
         requested = list(out.reply.data.get("actions") or ())
+        second = None
         if late and not ended:
             ids = dict(out.reply.data.get("cards") or {})
             card_id = str(ids.get(open_card, ""))
@@ -486,13 +505,17 @@ class Deliveries:
                 )
             )
             if second.reply.code == "advanced":
-                self.hub.outbox.carry_out(second)
                 requested += list(second.reply.data.get("actions") or ())
+        # Carried out only now: an action that ends moves the record (a wake-up), and the
+        # second Advance above must be made on the version the first one left.
+        self.hub.outbox.carry_out(out)
+        if second is not None and second.reply.code == "advanced":
+            self.hub.outbox.carry_out(second)
         if d.stage != delivery.stage:
             log.info("delivery %s: %s -> %s", pid, delivery.stage, d.stage)
         # A write we asked for has ended (the outbox performs it inline): decide again,
         # unless all it asked for was showing progress.
-        writes = [s for s in specs if s.id in requested and s.do != "github.progress"]
+        writes = [a for a in specs if a.id in requested and a.do != "github.progress"]
         return step, "advanced", again or bool(writes)
 
     def _agents(self) -> frozenset[str]:
