@@ -14,6 +14,7 @@ from kernel.context import Context
 from kernel.durations import iso
 from kernel.inputs import ActionDone, ActionTried, Reply
 from kernel.lifecycle import allows
+from kernel.pipelines import wake_owner
 
 __all__ = ["action_done", "action_tried"]
 
@@ -56,6 +57,11 @@ def action_done(ctx: Context, inp: ActionDone) -> Reply:
             action=a.id, ok=inp.ok, result=dict(inp.result), error=inp.error, at=ctx.at
         )
     )
+    if a.matter in ctx.state.pipelines:
+        # a pipeline's write: its own machine reads the outcome (a refusal is often news
+        # it waits for, such as a head that moved), so it is woken instead of a card
+        wake_owner(ctx, a.matter)
+        return Reply(ok=True, code="recorded")
     if not inp.ok:
         ctx.open_card(
             key=f"action-failed/{a.id}",

@@ -10,6 +10,7 @@ from kernel import facts as f
 from kernel.context import Context
 from kernel.inputs import Answer, Delivered, OwnerNotice, PerformAction, Reply, SendCard
 from kernel.model import OWNER_MATTER, Event
+from kernel.pipelines import wake_owner
 
 __all__ = ["answer", "delivered", "owner_notice"]
 
@@ -50,6 +51,8 @@ def answer(ctx: Context, inp: Answer) -> Reply:
         ctx.emit(f.ActionDecided(action=c.action, approved=approved, by=inp.by))
         if approved:
             ctx.effects.append(PerformAction(action=c.action))
+        return Reply(ok=True, code="answered", message=f"card {c.id}: {chosen}")
+    if wake_owner(ctx, c.matter) or c.matter in st.pipelines:
         return Reply(ok=True, code="answered", message=f"card {c.id}: {chosen}")
     m = st.matters.get(c.matter)
     if m is not None and m.id != OWNER_MATTER:

@@ -29,6 +29,7 @@ RECORD_TYPES: dict[str, type[Any]] = {
     "card": records.Card,
     "timer": records.Timer,
     "action": records.Action,
+    "pipeline": records.Pipeline,
 }
 
 

@@ -180,6 +180,29 @@ class ActionCompleted:
     at: str = ""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PipelineAdvanced:
+    """A pipeline's machine decided: its new stage, state and wake-up time (version + 1)."""
+
+    pipeline: str
+    subject: str
+    version: int  # the version this makes
+    stage: str
+    data: Mapping[str, Any] = field(default_factory=dict)
+    wake_at: str = ""
+    ended: bool = False
+    cards: Mapping[str, str] = field(default_factory=dict)  # open card key -> card id
+    at: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PipelineWoken:
+    """Something it waits on happened (an event, an answer, a write's result): due now."""
+
+    pipeline: str
+    at: str
+
+
 Fact = (
     EventRecorded
     | TurnStarted
@@ -198,6 +221,8 @@ Fact = (
     | ActionDecided
     | ActionAttempted
     | ActionCompleted
+    | PipelineAdvanced
+    | PipelineWoken
 )
 
 FACT_TYPES: dict[str, type[Any]] = {
@@ -220,6 +245,8 @@ FACT_TYPES: dict[str, type[Any]] = {
         ActionDecided,
         ActionAttempted,
         ActionCompleted,
+        PipelineAdvanced,
+        PipelineWoken,
     )
 }
 
@@ -243,4 +270,6 @@ def fact_key(fact: Fact) -> str | None:
         return f"fired:{fact.timer}"
     if isinstance(fact, ActionCompleted):
         return f"completed:{fact.action}"
+    if isinstance(fact, PipelineAdvanced):
+        return f"pipeline:{fact.pipeline}:{fact.version}"
     return None

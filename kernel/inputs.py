@@ -19,9 +19,12 @@ from kernel.model import Event
 
 __all__ = [
     "ActionDone",
+    "ActionSpec",
     "ActionTried",
+    "Advance",
     "AgentOutcome",
     "Answer",
+    "CardSpec",
     "Claim",
     "Decision",
     "Delivered",
@@ -38,6 +41,7 @@ __all__ = [
     "ScheduleDue",
     "SendCard",
     "Tick",
+    "Wake",
 ]
 
 # ----------------------------------------------------------------------------- inputs
@@ -147,6 +151,51 @@ class OwnerNotice:
     text: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ActionSpec:
+    """A write-back a pipeline asks for; ``id`` is its idempotency key."""
+
+    id: str
+    do: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CardSpec:
+    """A card a pipeline raises (no options: a notice)."""
+
+    key: str
+    title: str
+    text: str = ""
+    options: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Advance:
+    """Record one decision of a pipeline's own machine, made on record ``version``.
+
+    Actions whose id is already recorded are not requested again; a card key already
+    open on the pipeline is left as it is; ``resolve`` closes open card keys."""
+
+    pipeline: str
+    subject: str
+    version: int  # 0: a new pipeline
+    stage: str
+    data: Mapping[str, Any] = field(default_factory=dict)
+    wake_at: str = ""
+    ended: bool = False
+    actions: tuple[ActionSpec, ...] = ()
+    cards: tuple[CardSpec, ...] = ()
+    resolve: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Wake:
+    """Something these pipelines wait on happened: each active one is due now."""
+
+    pipelines: tuple[str, ...]
+
+
 Input = (
     Ingest
     | Claim
@@ -159,6 +208,8 @@ Input = (
     | ActionTried
     | ActionDone
     | OwnerNotice
+    | Advance
+    | Wake
 )
 
 # ---------------------------------------------------------------------------- effects
@@ -247,13 +298,14 @@ class Needs(NamedTuple):
     matter_cards: bool = False
     waiting: bool = False
     look_ahead_s: float = 0.0  # due timers and lapsed leases: also those due this much later
+    pipelines: frozenset[str] = frozenset()  # loaded with their open cards
 
     @property
     def narrow(self) -> bool:
         """Only event keys and bare matters: one read can serve a whole group."""
         # Every field from turns to waiting at its default, in one comparison of tuples:
         # each webhook's needs are asked this.
-        return self[2:10] == _NOTHING_BUT_KEYS_AND_MATTERS
+        return self[2:10] == _NOTHING_BUT_KEYS_AND_MATTERS and not self.pipelines
 
     def beyond(self, asked: Needs) -> Needs | None:
         """What this asks for that ``asked`` did not (None: nothing); the modes
@@ -270,6 +322,7 @@ class Needs(NamedTuple):
             matter_cards=self.matter_cards,
             waiting=self.waiting,
             look_ahead_s=self.look_ahead_s,
+            pipelines=self.pipelines - asked.pipelines,
         )
         asks = (
             fresh.event_keys
@@ -280,6 +333,7 @@ class Needs(NamedTuple):
             or fresh.due_timers
             or fresh.lapsed_leases
             or fresh.owner
+            or fresh.pipelines
         )
         return fresh if asks else None
 
@@ -296,6 +350,7 @@ class Needs(NamedTuple):
             matter_cards=self.matter_cards or other.matter_cards,
             waiting=self.waiting or other.waiting,
             look_ahead_s=max(self.look_ahead_s, other.look_ahead_s),
+            pipelines=self.pipelines | other.pipelines,
         )
 
 

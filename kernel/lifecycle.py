@@ -82,6 +82,15 @@ MATTER: Table = {
     ("running", "TurnFinished"): "free",
 }
 
+# A pipeline is active until its machine ends it; an ended one is never moved again.
+PIPELINE: Table = {
+    (NEW, "PipelineAdvanced"): "active",
+    (NEW, "PipelineAdvanced:ended"): "ended",  # decided and ended at once (a bad policy)
+    ("active", "PipelineAdvanced"): "active",
+    ("active", "PipelineAdvanced:ended"): "ended",
+    ("active", "PipelineWoken"): "active",
+}
+
 TABLES: Mapping[str, Table] = {
     "turn": TURN,
     "ask card": ASK_CARD,
@@ -89,6 +98,7 @@ TABLES: Mapping[str, Table] = {
     "action": ACTION,
     "timer": TIMER,
     "matter": MATTER,
+    "pipeline": PIPELINE,
 }
 
 

@@ -68,6 +68,11 @@ class Matter:
     kind = "matter"
 
     @property
+    def phase(self) -> str:
+        """Where it is in :data:`kernel.lifecycle.MATTER`: running its turn, or free."""
+        return "running" if self.running is not None else "free"
+
+    @property
     def runnable(self) -> bool:
         return self.running is None and bool(self.waiting or self.repair or self.retry)
 
@@ -179,7 +184,29 @@ class Action:
     kind = "action"
 
 
-Record = Meta | EventRow | Matter | Queued | Turn | Card | Timer | Action
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Pipeline:
+    """One pipeline (a delivery): the stage and state its own machine decided last.
+
+    The kernel keeps it, versions it and wakes it; what ``stage`` and ``data`` mean is
+    the pipeline's business (``pipeline/``). ``wake_at`` is when it next wants a
+    decision without an event ("" : only an event or an answer moves it)."""
+
+    id: str
+    subject: str
+    stage: str
+    data: Mapping[str, Any] = field(default_factory=dict)
+    wake_at: str = ""
+    version: int = 0
+    ended: bool = False
+    cards: Mapping[str, str] = field(default_factory=dict)  # open card key -> card id
+    started_at: str = ""
+    updated_at: str = ""
+
+    kind = "pipeline"
+
+
+Record = Meta | EventRow | Matter | Queued | Turn | Card | Timer | Action | Pipeline
 
 
 Key = tuple[str, str]
@@ -195,6 +222,7 @@ class State:
     cards: dict[str, Card] = field(default_factory=dict)
     timers: dict[str, Timer] = field(default_factory=dict)
     actions: dict[str, Action] = field(default_factory=dict)
+    pipelines: dict[str, Pipeline] = field(default_factory=dict)
     # The highest event seq handed out. Not a record: a replay keeps it as it folds, and
     # the shell sets it from the store (the highest stored event row) before a decision.
     last_event: int = 0
@@ -218,6 +246,8 @@ class State:
             self.cards[rec.id] = rec
         elif isinstance(rec, Timer):
             self.timers[rec.id] = rec
+        elif isinstance(rec, Pipeline):
+            self.pipelines[rec.id] = rec
         else:
             self.actions[rec.id] = rec
         return (rec.kind, rec.id)
@@ -236,6 +266,7 @@ class State:
             "card": self.cards,
             "timer": self.timers,
             "action": self.actions,
+            "pipeline": self.pipelines,
         }
         table = tables[kind]
         rec: Record | None = table.get(rid)
@@ -251,6 +282,7 @@ class State:
             self.cards,
             self.timers,
             self.actions,
+            self.pipelines,
         )
         for table in tables:
             out.extend(table[k] for k in sorted(table))
@@ -270,6 +302,7 @@ class State:
             cards=dict(self.cards),
             timers=dict(self.timers),
             actions=dict(self.actions),
+            pipelines=dict(self.pipelines),
             last_event=self.last_event,
             seen_keys=set(self.seen_keys),
         )
@@ -290,6 +323,8 @@ def index_of(rec: Record) -> tuple[str, str, str]:
         return rec.matter, rec.status, ""
     if isinstance(rec, Queued):
         return rec.matter, "pending", ""
+    if isinstance(rec, Pipeline):
+        return rec.subject, "ended" if rec.ended else "active", "" if rec.ended else rec.wake_at
     if isinstance(rec, EventRow):
         return (
             rec.routes[0] if rec.routes else "",

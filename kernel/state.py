@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from kernel import facts as f
 from kernel.errors import IllegalMove, MissingRecord, NoFold
 from kernel.lifecycle import NEW, card_table, move
+from kernel.pipeline_state import pipeline_advanced, pipeline_woken
 from kernel.records import (
     Action,
     Card,
@@ -36,8 +37,7 @@ __all__ = ["FOLD", "Key", "State", "apply", "replay"]
 _event_key = f.event_key  # every event passes here: one lookup fewer
 
 
-def _r(rec: Any, **changes: Any) -> Any:
-    return dataclasses.replace(rec, **changes)
+_r = dataclasses.replace  # a record with some fields changed
 
 
 def _need(table: dict[str, Any], key: str, what: str) -> Any:
@@ -55,10 +55,6 @@ def _now(table: Mapping[str, Turn | Card | Timer | Action], rid: str) -> str:
     if isinstance(rec, Timer):
         return "fired" if rec.fired else "armed"
     return rec.status if isinstance(rec, Action) else rec.state
-
-
-def _matter_state(m: Matter) -> str:
-    return "running" if m.running is not None else "free"
 
 
 def _attach(st: State, turn: str | None, fact: str, **lists: str) -> set[Key]:
@@ -94,7 +90,7 @@ def _event_recorded(st: State, fact: f.EventRecorded) -> set[Key]:
             touched.add(st.put(Matter(id=mid, rule=rule, subject=subject, session=session)))
     for mid in fact.routes:
         m = _need(st.matters, mid, "matter")
-        move("matter", mid, _matter_state(m), "EventRecorded")
+        move("matter", mid, m.phase, "EventRecorded")
         touched.add(st.put(Queued(matter=mid, seq=fact.seq)))
         if not m.waiting:
             touched.add(st.put(_r(m, waiting=True)))
@@ -103,7 +99,7 @@ def _event_recorded(st: State, fact: f.EventRecorded) -> set[Key]:
 
 def _turn_started(st: State, fact: f.TurnStarted) -> set[Key]:
     m = _need(st.matters, fact.matter, "matter")
-    move("matter", m.id, _matter_state(m), "TurnStarted")
+    move("matter", m.id, m.phase, "TurnStarted")
     touched: set[Key] = set()
     meta = st.meta
     n = int(fact.turn.lstrip("t")) if fact.turn.lstrip("t").isdigit() else meta.turns + 1
@@ -154,7 +150,7 @@ def _turn_finished(st: State, fact: f.TurnFinished) -> set[Key]:
     m = _need(st.matters, fact.matter, "matter")
     if m.running != fact.turn:  # the table cannot say whose turn it was: this can
         raise IllegalMove(table="matter", record=m.id, state=str(m.running), fact="TurnFinished")
-    move("matter", m.id, _matter_state(m), "TurnFinished")
+    move("matter", m.id, m.phase, "TurnFinished")
     touched = {
         st.put(
             _r(
@@ -378,6 +374,8 @@ FOLD: Mapping[type[Any], Fold] = dict(
         _row(f.ActionDecided, _action_decided),
         _row(f.ActionAttempted, _action_attempted),
         _row(f.ActionCompleted, _action_completed),
+        _row(f.PipelineAdvanced, pipeline_advanced),
+        _row(f.PipelineWoken, pipeline_woken),
     )
 )
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, TypeVar, assert_never
 
-from kernel import actions, cards, events, timers, turns
+from kernel import actions, cards, events, pipelines, timers, turns
 from kernel import facts as f
 from kernel.context import Context
 from kernel.errors import OffTable
@@ -25,6 +25,7 @@ from kernel.facts import event_key
 from kernel.inputs import (
     ActionDone,
     ActionTried,
+    Advance,
     Answer,
     Claim,
     Decision,
@@ -41,8 +42,9 @@ from kernel.inputs import (
     ScheduleDue,
     SendCard,
     Tick,
+    Wake,
 )
-from kernel.model import Event, Receipt, Rule, Rules
+from kernel.model import OWNER_MATTER, Event, Receipt, Rule, Rules
 from kernel.receipt import parse_receipt
 from kernel.records import State
 from kernel.routing import matter_of, route
@@ -67,7 +69,7 @@ STEP: Mapping[type[Any], Outcomes] = {
         "finished failed refused unknown",
     ),
     Answer: Outcomes.of(
-        (f.CardAnswered, f.ActionDecided, f.EventRecorded),
+        (f.CardAnswered, f.ActionDecided, f.EventRecorded, f.PipelineWoken),
         (SendCard, PerformAction),
         "answered unknown refused invalid",
     ),
@@ -80,9 +82,17 @@ STEP: Mapping[type[Any], Outcomes] = {
     Delivered: Outcomes.of((f.CardDelivered,), (), "recorded unknown"),
     ActionTried: Outcomes.of((f.ActionAttempted,), (), "recorded unknown not_allowed busy"),
     ActionDone: Outcomes.of(
-        (f.ActionCompleted, f.CardOpened), (SendCard,), "recorded duplicate unknown not_allowed"
+        (f.ActionCompleted, f.CardOpened, f.PipelineWoken),
+        (SendCard,),
+        "recorded duplicate unknown not_allowed",
     ),
     OwnerNotice: Outcomes.of((f.CardOpened,), (SendCard,), "recorded duplicate"),
+    Advance: Outcomes.of(
+        (f.ActionRequested, f.CardResolved, f.CardOpened, f.PipelineAdvanced),
+        (PerformAction, SendCard),
+        "advanced stale ended",
+    ),
+    Wake: Outcomes.of((f.PipelineWoken,), (), "woken"),
 }
 
 # ------------------------------------------------------------------------------- needs
@@ -124,7 +134,13 @@ def needs(inp: Input, rules: Rules, state: State | None = None) -> Needs:
         case Answer(card=card):
             c = loaded.cards.get(card)
             acts = frozenset({c.action}) if c is not None and c.action else frozenset()
-            return Needs(cards=frozenset({card}), actions=acts, matter_cards=True)
+            # a card of no matter (after the first round) may be a pipeline's
+            owner = (
+                frozenset({c.matter})
+                if c is not None and c.matter not in loaded.matters and c.matter != OWNER_MATTER
+                else frozenset()
+            )
+            return Needs(cards=frozenset({card}), actions=acts, matter_cards=True, pipelines=owner)
         case Delivered(card=card):
             return Needs(cards=frozenset({card}), matter_cards=True)
         case Tick(local_now=local_now, look_ahead_s=look_ahead_s):
@@ -147,8 +163,16 @@ def needs(inp: Input, rules: Rules, state: State | None = None) -> Needs:
             return Needs(matters=mids, matter_cards=True)
         case OwnerNotice():
             return Needs(owner=True, matter_cards=True)
-        case ActionTried(action=action) | ActionDone(action=action):
+        case ActionTried(action=action):
             return Needs(actions=frozenset({action}), matter_cards=True)
+        case ActionDone(action=action):
+            a = loaded.actions.get(action)
+            owner = frozenset({a.matter}) if a is not None and not a.turn else frozenset()
+            return Needs(actions=frozenset({action}), matter_cards=True, pipelines=owner)
+        case Advance(pipeline=pipeline, actions=specs):
+            return Needs(pipelines=frozenset({pipeline}), actions=frozenset(s.id for s in specs))
+        case Wake(pipelines=woken):
+            return Needs(pipelines=frozenset(woken))
         case _:
             assert_never(inp)
 
@@ -223,5 +247,7 @@ HANDLERS: Mapping[type[Any], Handler] = dict(
         _handler(ActionTried, actions.action_tried),
         _handler(ActionDone, actions.action_done),
         _handler(OwnerNotice, cards.owner_notice),
+        _handler(Advance, pipelines.advance),
+        _handler(Wake, pipelines.wake),
     )
 )

@@ -50,8 +50,11 @@ class Cards:
         else:
             with self.store.read() as tx:
                 m = tx.get("matter", card.matter)
-            rule = rules.rule(m.rule) if isinstance(m, Matter) else None
-            names = list(rule.notify) if rule else []
+            if isinstance(m, Matter):
+                rule = rules.rule(m.rule)
+                names = list(rule.notify) if rule else []
+            else:  # a pipeline's card: its pull request shows it; the owner's channels too
+                names = list(rules.owner_notify)
         return [n for n in names if n in self.channels]
 
     def deliver(self, card_id: str, *, announce: bool = True) -> None:

@@ -58,6 +58,11 @@ def load(tx: Tx, state: State, needs: k.Needs, now: datetime) -> None:
     for aid in needs.actions:
         if (act := tx.get("action", aid)) is not None:
             state.put(act)
+    for pid in needs.pipelines:
+        if pid not in state.pipelines and (p := tx.get("pipeline", pid)) is not None:
+            state.put(p)
+            for rec in tx.query("card", matter=pid, states=["open", "decided"]):
+                state.put(rec)
     due = now + timedelta(seconds=needs.look_ahead_s)
     at = iso(due) if needs.due_timers or needs.lapsed_leases else ""
     if needs.due_timers:

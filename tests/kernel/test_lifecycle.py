@@ -10,7 +10,7 @@ import pytest
 
 from kernel import facts as f
 from kernel import inputs as k
-from kernel import lifecycle, state
+from kernel import lifecycle, pipeline_state, state
 from kernel.errors import IllegalMove, MissingRecord, NoFold
 from kernel.lifecycle import TABLES, allows, move
 from kernel.model import Event
@@ -50,6 +50,7 @@ def rows_used(monkeypatch: pytest.MonkeyPatch) -> Iterator[set[tuple[str, str, s
         return lifecycle.move(table, record, before, fact)
 
     monkeypatch.setattr(state, "move", recording)
+    monkeypatch.setattr(pipeline_state, "move", recording)
     yield used
 
 
@@ -119,6 +120,13 @@ def test_the_kernel_walks_every_row_of_every_table(rows_used: set[tuple[str, str
     kn.step(k.Finish(turn=t, fence=kn.state.turns[t].fence, outcome=late))
     _turn(kn, "no receipt")
     _turn(kn, receipt("{not json"))
+    pipe = "deliver/acme/web#7"
+    kn.step(k.Advance(pipeline=pipe, subject="acme/web#7", version=0, stage="checks"))
+    kn.advance(minutes=1)
+    kn.step(k.Wake(pipelines=(pipe,)))
+    kn.step(k.Advance(pipeline=pipe, subject="acme/web#7", version=1, stage="merge"))
+    kn.step(k.Advance(pipeline=pipe, subject="acme/web#7", version=2, stage="done", ended=True))
+    kn.step(k.Advance(pipeline="p/2", subject="s", version=0, stage="bad", ended=True))
     every = {(name, before, fact) for name, table in TABLES.items() for before, fact in table}
     assert every - rows_used == set()
     assert rows_used <= every

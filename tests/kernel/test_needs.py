@@ -59,7 +59,7 @@ def test_an_answer_to_an_approval_card_asks_next_for_its_action() -> None:
 def test_needs_are_narrow_with_nothing_but_event_keys_and_bare_matters() -> None:
     some = frozenset({"x"})
     assert k.Needs(event_keys=some, matters=some, look_ahead_s=5.0).narrow
-    wide = {"turns": some, "cards": some, "actions": some}
+    wide = {"turns": some, "cards": some, "actions": some, "pipelines": some}
     wide |= {flag: True for flag in ("due_timers", "lapsed_leases", "owner")}
     wide |= {"matter_cards": True, "waiting": True}
     assert set(wide) | {"event_keys", "matters", "look_ahead_s"} == set(k.Needs._fields)

@@ -259,3 +259,41 @@ def test_a_group_of_ingests_decides_as_one_by_one_does(store_url: str, tmp_path:
     finally:
         grouped.close()
         single.close()
+
+
+def test_pipelines_are_found_active_due_and_ended(store: Store) -> None:
+    led = ledger(store)
+    soon, later = iso(T0 + timedelta(minutes=5)), iso(T0 + timedelta(hours=2))
+    spec = k.ActionSpec(id="deliver/a/b#1/merge/abc", do="github.merge", params={"sha": "abc"})
+    led.decide(k.Advance(pipeline="deliver/a/b#1", subject="a/b#1", version=0, stage="checks"))
+    led.decide(
+        k.Advance(
+            pipeline="deliver/a/b#1",
+            subject="a/b#1",
+            version=1,
+            stage="merge",
+            wake_at=soon,
+            actions=(spec,),
+        )
+    )
+    led.decide(
+        k.Advance(pipeline="deliver/a/b#2", subject="a/b#2", version=0, stage="x", wake_at=later)
+    )
+    led.decide(
+        k.Advance(pipeline="deliver/a/b#3", subject="a/b#3", version=0, stage="y", ended=True)
+    )
+    with store.read() as tx:
+        assert sorted(p.id for p in tx.query("pipeline", states=["active"])) == [
+            "deliver/a/b#1",
+            "deliver/a/b#2",
+        ]
+        due = tx.query("pipeline", states=["active"], due_before=iso(T0 + timedelta(hours=1)))
+        assert [p.id for p in due] == ["deliver/a/b#1"]
+        assert [p.id for p in tx.query("pipeline", states=["ended"])] == ["deliver/a/b#3"]
+        assert [a.id for a in tx.query("action", matter="deliver/a/b#1")] == [spec.id]
+    done = led.decide(k.ActionDone(action=spec.id, ok=True, result={"merged": True}))
+    assert done.reply.code == "recorded"
+    with store.read() as tx:
+        p = tx.get("pipeline", "deliver/a/b#1")
+        assert p is not None and p.wake_at == iso(T0)  # type: ignore[union-attr]
+    assert led.check() == []

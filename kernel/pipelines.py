@@ -1,0 +1,98 @@
+"""Pipelines (deliveries): the kernel records what their own machine decided, and wakes them.
+
+A pipeline's machine (``pipeline/``, above the kernel) decides its stages; the shell
+hands each decision here as :class:`~kernel.inputs.Advance`. The kernel keeps what makes
+that decision safe to act on:
+
+- **versions**: a decision made on an older version of the record is answered
+  ``stale`` (another replica moved it first); the shell reads again and decides again;
+- **exactly-once writes**: each action has the effect's key as its id; one already
+  recorded is never requested again, whatever the shell asks;
+- **cards**: opened on the pipeline (its id is their matter), one per key while open;
+- **waking**: :class:`~kernel.inputs.Wake` (an event it waits on), a person's answer to
+  its card and the result of its write make it due now (``wake_at``).
+"""
+
+from __future__ import annotations
+
+from kernel import facts as f
+from kernel.context import Context
+from kernel.inputs import Advance, PerformAction, Reply, Wake
+
+__all__ = ["advance", "wake", "wake_owner"]
+
+
+def advance(ctx: Context, inp: Advance) -> Reply:
+    st = ctx.state
+    p = st.pipelines.get(inp.pipeline)
+    have = p.version if p is not None else 0
+    if inp.version != have:
+        return Reply(
+            ok=False,
+            code="stale",
+            message=f"pipeline {inp.pipeline} is at version {have}, not {inp.version}",
+            data={"version": have},
+        )
+    if p is not None and p.ended:
+        return Reply(ok=False, code="ended", message=f"pipeline {inp.pipeline} has ended")
+    requested: list[str] = []
+    for spec in inp.actions:
+        if spec.id in st.actions or spec.id in requested:
+            continue  # the same write is never requested twice
+        ctx.emit(
+            f.ActionRequested(
+                action=spec.id, matter=inp.pipeline, turn="", do=spec.do, params=spec.params
+            )
+        )
+        ctx.effects.append(PerformAction(action=spec.id))
+        requested.append(spec.id)
+    cards = dict(p.cards) if p is not None else {}
+    for key in inp.resolve:
+        cid = cards.pop(key, None)
+        card = st.cards.get(cid) if cid else None
+        if card is not None and card.state in ("open", "decided"):
+            ctx.emit(f.CardResolved(card=card.id))
+    for card_spec in inp.cards:
+        if card_spec.key in cards:
+            continue  # one card per key while it is open
+        cards[card_spec.key] = ctx.open_card(
+            key=card_spec.key,
+            matter=inp.pipeline,
+            kind="ask" if card_spec.options else "notice",
+            title=card_spec.title,
+            text=card_spec.text,
+            options=card_spec.options,
+        )
+    ctx.emit(
+        f.PipelineAdvanced(
+            pipeline=inp.pipeline,
+            subject=inp.subject,
+            version=have + 1,
+            stage=inp.stage,
+            data=inp.data,
+            wake_at=inp.wake_at,
+            ended=inp.ended,
+            cards=cards,
+            at=ctx.at,
+        )
+    )
+    return Reply(
+        ok=True,
+        code="advanced",
+        message=f"pipeline {inp.pipeline}: {inp.stage}",
+        data={"version": have + 1, "cards": cards, "actions": requested},
+    )
+
+
+def wake(ctx: Context, inp: Wake) -> Reply:
+    woken = [pid for pid in dict.fromkeys(inp.pipelines) if wake_owner(ctx, pid)]
+    return Reply(ok=True, code="woken", data={"pipelines": woken})
+
+
+def wake_owner(ctx: Context, pipeline: str) -> bool:
+    """Make ``pipeline`` due now, if it is loaded, active and not due already."""
+    p = ctx.state.pipelines.get(pipeline)
+    if p is None or p.ended or (p.wake_at and p.wake_at <= ctx.at):
+        return False
+    ctx.emit(f.PipelineWoken(pipeline=pipeline, at=ctx.at))
+    return True

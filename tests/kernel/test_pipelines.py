@@ -1,0 +1,112 @@
+"""Pipelines in the kernel: versions, exactly-once writes, cards on the pipeline, waking."""
+
+from __future__ import annotations
+
+from kernel import inputs as k
+from kernel.durations import iso
+from kernel.records import Action, Card, Pipeline
+from tests.kernel.helpers import T0, Kernel, rule, rules_of
+
+PIPE = "deliver/acme/web#12"
+SUBJECT = "acme/web#12"
+
+
+def kernel() -> Kernel:
+    return Kernel(rules_of(rule()))
+
+
+def advance(kn: Kernel, version: int, stage: str, **kw: object) -> k.Decision:
+    return kn.step(
+        k.Advance(pipeline=PIPE, subject=SUBJECT, version=version, stage=stage, **kw)  # type: ignore[arg-type]  # test data: fields by name
+    )
+
+
+def pipe(kn: Kernel) -> Pipeline:
+    return kn.state.pipelines[PIPE]
+
+
+def merge(sha: str = "a" * 40) -> k.ActionSpec:
+    return k.ActionSpec(id=f"{PIPE}/r1/merge/{sha}/1", do="github.merge", params={"sha": sha})
+
+
+def test_a_new_pipeline_is_recorded_at_version_one_with_its_stage_and_wake_time() -> None:
+    kn = kernel()
+    due = iso(T0.replace(hour=T0.hour + 1))
+    out = advance(kn, 0, "checks", data={"head": "abc"}, wake_at=due)
+    assert out.reply.code == "advanced"
+    p = pipe(kn)
+    assert (p.stage, p.version, p.wake_at, dict(p.data)) == ("checks", 1, due, {"head": "abc"})
+    assert out.wake_at is None or out.wake_at >= T0
+
+
+def test_a_decision_made_on_an_old_version_is_stale_and_changes_nothing() -> None:
+    kn = kernel()
+    advance(kn, 0, "checks")
+    advance(kn, 1, "merge", actions=(merge(),))
+    late = advance(kn, 1, "merge", actions=(merge("b" * 40),))
+    assert late.reply.code == "stale"
+    assert late.facts == ()
+    assert len(kn.state.actions) == 1
+
+
+def test_a_write_is_requested_once_whatever_the_shell_asks() -> None:
+    kn = kernel()
+    advance(kn, 0, "checks")
+    first = advance(kn, 1, "merge", actions=(merge(),))
+    again = advance(kn, 2, "merge", actions=(merge(), merge()))
+    assert [type(e).__name__ for e in first.effects] == ["PerformAction"]
+    assert again.effects == ()
+    (action,) = kn.state.actions.values()
+    assert isinstance(action, Action)
+    assert (action.matter, action.turn, action.do) == (PIPE, "", "github.merge")
+
+
+def test_its_write_result_wakes_it_and_opens_no_card() -> None:
+    kn = kernel()
+    advance(kn, 0, "merge", actions=(merge(),), wake_at=iso(T0.replace(hour=T0.hour + 2)))
+    kn.advance(minutes=1)
+    done = kn.step(k.ActionDone(action=merge().id, ok=False, error="[head_moved] 409"))
+    assert done.reply.code == "recorded"
+    assert pipe(kn).wake_at == iso(kn.now)
+    assert kn.state.cards == {}
+
+
+def test_one_card_per_key_while_open_and_an_answer_wakes_the_pipeline() -> None:
+    kn = kernel()
+    ask = k.CardSpec(key="merge_unclear", title="Merged?", options=("yes", "no"))
+    out = advance(kn, 0, "blocked", cards=(ask,))
+    (cid,) = out.reply.data["cards"].values()
+    advance(kn, 1, "blocked", cards=(ask,))
+    assert len(kn.state.cards) == 1
+    kn.advance(minutes=5)
+    answered = kn.step(k.Answer(card=cid, choice=2, by="maintainer", via="github"))
+    assert answered.reply.code == "answered"
+    card = kn.state.cards[cid]
+    assert isinstance(card, Card) and card.choice == 2
+    assert pipe(kn).wake_at == iso(kn.now)
+    assert not kn.state.events  # no agent is woken: the pipeline reads the answer
+    advance(kn, 2, "checks", resolve=("merge_unclear",))
+    assert kn.state.cards[cid].state == "done"
+    assert pipe(kn).cards == {}
+
+
+def test_wake_marks_only_active_pipelines_not_due_yet() -> None:
+    kn = kernel()
+    advance(kn, 0, "checks", wake_at=iso(T0.replace(hour=T0.hour + 1)))
+    kn.advance(minutes=1)
+    woken = kn.step(k.Wake(pipelines=(PIPE, "deliver/other#1", PIPE)))
+    assert woken.reply.data["pipelines"] == [PIPE]
+    assert kn.step(k.Wake(pipelines=(PIPE,))).reply.data["pipelines"] == []  # due already
+    advance(kn, 1, "delivered", ended=True)
+    assert pipe(kn).ended and pipe(kn).wake_at == ""
+    assert kn.step(k.Wake(pipelines=(PIPE,))).facts == ()
+    assert advance(kn, 2, "review").reply.code == "ended"
+
+
+def test_replay_gives_the_pipeline_reached_step_by_step() -> None:
+    kn = kernel()
+    advance(kn, 0, "checks", cards=(k.CardSpec(key="n", title="FYI"),))
+    advance(kn, 1, "merge", actions=(merge(),))
+    kn.step(k.ActionDone(action=merge().id, ok=True, result={"merged": True}))
+    advance(kn, 2, "delivered", ended=True, resolve=("n",))
+    assert kn.replayed().records() == kn.state.records()
