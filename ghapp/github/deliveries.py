@@ -54,7 +54,7 @@ from kernel import inputs as k
 from kernel.codec import to_data
 from kernel.durations import iso
 from kernel.model import Event
-from kernel.records import Action, Card
+from kernel.records import Action, Card, Pipeline
 from pipeline import (
     CARD_SLOT,
     TERMINAL,
@@ -257,8 +257,7 @@ class Deliveries:
             log.warning("delivery events: %s: %s", type(exc).__name__, exc)
 
     def _safely(self, pid: str) -> None:
-        with self.hub.store.read() as tx:
-            rec = tx.get("pipeline", pid)
+        rec = self._record(pid)
         if rec is not None:
             self._seen[pid] = rec.wake_at
         try:
@@ -273,9 +272,15 @@ class Deliveries:
         else:
             self._retry.pop(pid, None)
 
-    def _active(self) -> list[Any]:
+    def _active(self) -> list[Pipeline]:
         with self.hub.store.read() as tx:
-            return list(tx.query("pipeline", states=["active"]))
+            found = tx.query("pipeline", states=["active"])
+        return [p for p in found if isinstance(p, Pipeline)]
+
+    def _record(self, pid: str) -> Pipeline | None:
+        with self.hub.store.read() as tx:
+            rec = tx.get("pipeline", pid)
+        return rec if isinstance(rec, Pipeline) else None
 
     def _due(self) -> list[str]:
         """Due pipelines, but not one whose due time was already decided on and left as it
@@ -283,7 +288,7 @@ class Deliveries:
         now = self.hub.clock()
         with self.hub.store.read() as tx:
             found = tx.query("pipeline", states=["active"], due_before=iso(now))
-        due = [p.id for p in found if self._seen.get(p.id) != p.wake_at]
+        due = [p.id for p in found if isinstance(p, Pipeline) and self._seen.get(p.id) != p.wake_at]
         due += [pid for pid, (at, _) in self._retry.items() if at <= now and pid not in due]
         return due
 
@@ -301,8 +306,7 @@ class Deliveries:
 
     def _start(self, s: _Start) -> None:
         pid = pipeline_id(s.repo, s.number)
-        with self.hub.store.read() as tx:
-            rec = tx.get("pipeline", pid)
+        rec = self._record(pid)
         if rec is not None and not rec.ended:
             return  # already on its way: the wake recorded for the event moves it
         try:
@@ -368,14 +372,14 @@ class Deliveries:
     def _decide_once(self, pid: str) -> tuple[Step, str, bool] | None:
         with self.hub.store.read() as tx:
             rec = tx.get("pipeline", pid)
-            if rec is None or rec.ended:
+            if not isinstance(rec, Pipeline) or rec.ended:
                 return None
             actions = [a for a in tx.query("action", matter=pid) if isinstance(a, Action)]
             cards = [c for c in tx.query("card", matter=pid) if isinstance(c, Card)]
             others = [
                 delivery_from_data(_delivery_part(p.data))
                 for p in tx.query("pipeline", states=["active"])
-                if p.id != pid
+                if isinstance(p, Pipeline) and p.id != pid
             ]
         data = dict(rec.data)
         delivery = delivery_from_data(_delivery_part(data))

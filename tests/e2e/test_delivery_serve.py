@@ -102,6 +102,12 @@ def own_runs(gh: SandboxHandle, head: str) -> list[tuple[str, str | None]]:
     return [(r.status, r.conclusion) for r in runs if r.head_sha == head and r.app_id == gh.app_id]
 
 
+def shown_delivered(gh: SandboxHandle, number: int, head: str) -> bool:
+    """The last progress is shown: the check run first, then the sticky comment."""
+    done = own_runs(gh, head) == [("completed", "success")]
+    return done and any("Delivered" in body for body in sticky(gh, number))
+
+
 def assert_delivered(live: Live, gh: SandboxHandle, number: int, head: str) -> None:
     rec = record(live, gh, number)
     assert rec.ended
@@ -120,7 +126,7 @@ def test_a_labelled_pr_is_merged_deployed_and_live(tmp_path: Path) -> None:
         number, head = open_pr(gh)
         gh.world.add_label("maintainer", number, "deliver")
         wait_for("delivered", lambda: stage_is(live, gh, number, "delivered"), MERGE_TIMEOUT)
-        wait_for("the last progress", lambda: own_runs(gh, head) == [("completed", "success")])
+        wait_for("the last progress", lambda: shown_delivered(gh, number, head))
         assert_delivered(live, gh, number, head)
         assert gh.sandbox.state.repos[gh.repo].pulls[number].merged
     assert time.monotonic() - started < 30
@@ -154,12 +160,18 @@ def test_removing_the_label_mid_flight_cancels_without_a_merge(tmp_path: Path) -
 def test_a_lost_answer_to_the_merge_still_merges_once(tmp_path: Path) -> None:
     with sandbox() as gh, serving(gh, tmp_path / "home") as live:
         prepare(gh)
-        gh.world.faults.add("response_lost", method="PUT", path="*/merge")
+        fault = gh.world.faults.add("response_lost", method="PUT", path="*/merge")
         number, head = open_pr(gh)
         gh.world.add_label("maintainer", number, "deliver")
         wait_for("delivered", lambda: stage_is(live, gh, number, "delivered"), MERGE_TIMEOUT)
-        wait_for("the last progress", lambda: own_runs(gh, head) == [("completed", "success")])
+        wait_for("the last progress", lambda: shown_delivered(gh, number, head))
         assert_delivered(live, gh, number, head)
+        assert fault.hits == 1  # the merge landed, its answer was lost
+        with live.hub.store.read() as tx:
+            actions = tx.query("action", matter=f"deliver/{gh.repo}#{number}")
+        (merge,) = [a for a in actions if a.do == "github.merge"]
+        # The executor read the PR back instead of merging again.
+        assert merge.status == "done" and merge.result["read_back"] is True
 
 
 def test_a_restart_while_waiting_for_checks_finishes_the_delivery(tmp_path: Path) -> None:
@@ -178,5 +190,5 @@ def test_a_restart_while_waiting_for_checks_finishes_the_delivery(tmp_path: Path
         assert gh.world.settle()
         with serving(gh, home) as live:
             wait_for("delivered", lambda: stage_is(live, gh, number, "delivered"), MERGE_TIMEOUT)
-            wait_for("the last progress", lambda: own_runs(gh, head) == [("completed", "success")])
+            wait_for("the last progress", lambda: shown_delivered(gh, number, head))
             assert_delivered(live, gh, number, head)
