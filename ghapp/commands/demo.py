@@ -30,7 +30,7 @@ from fakegithub.server import SandboxHandle, free_port, running_sandbox
 from ghapp.commands.home import Home, init_home
 from ghapp.commands.serve import Running, build, serving_in_thread
 from ghapp.runtime.settings import Settings
-from kernel.records import Action, Card, Turn
+from kernel.records import Action, Card, Pipeline, Turn
 
 DEMO_RULES: dict[str, Any] = {
     "agents": {"demo": {"use": "demo"}},
@@ -203,21 +203,22 @@ class Demo:
         pid = f"deliver/{gh.repo}#{number}"
         shown = 0
         deadline = time.monotonic() + 30
-        ended = False
-        while not ended:
+        rec: Pipeline | None = None
+        while rec is None or not rec.ended:
             if time.monotonic() > deadline:
                 raise DemoFailed(f"timed out waiting for {pid} to be delivered")
+            time.sleep(0.05)
             with ctx.store.read() as tx:
-                rec = tx.get("pipeline", pid)
+                found = tx.get("pipeline", pid)
+            rec = found if isinstance(found, Pipeline) else None
             history = list(rec.data.get("history") or ()) if rec is not None else []
             for entry in history[shown:]:
                 note = f": {entry['note']}" if entry.get("note") else ""
                 self.note(f"stage {entry['stage']}{note}")
             shown = len(history)
-            ended = rec is not None and rec.ended
-            time.sleep(0.05)
         if rec.stage != "delivered":
             raise DemoFailed(f"{pid} ended {rec.stage}, not delivered")
+        wait_for("the last progress to be shown", lambda: self.writes_done(ctx, pid))
         world.settle()
         bot = f"{gh.sandbox.app.slug}[bot]"
         writes = [w for w in world.audit.entries()[before:] if w.actor == bot]
@@ -231,7 +232,10 @@ class Demo:
             f"check run autoloop/deliver: {count('POST', '/check-runs')} created, "
             f"{count('PATCH', '/check-runs/')} updates in place"
         )
-        self.note(f"sticky progress comment: {count('POST', f'/issues/{number}/comments')} created")
+        self.note(
+            f"sticky progress comment: {count('POST', f'/issues/{number}/comments')} created, "
+            f"{count('PATCH', '/issues/comments/')} updates in place"
+        )
 
     # ---------------------------------------------------------------------------- lookups
 
@@ -253,6 +257,11 @@ class Demo:
             if t.resume:
                 return t
         return None
+
+    def writes_done(self, ctx: Home, matter: str) -> bool:
+        with ctx.store.read() as tx:
+            acts = [a for a in tx.query("action", matter=matter) if isinstance(a, Action)]
+        return bool(acts) and all(a.status in ("done", "failed", "refused") for a in acts)
 
     def actions_done(self, ctx: Home) -> list[Action] | None:
         with ctx.store.read() as tx:
