@@ -192,3 +192,23 @@ def test_a_restart_while_waiting_for_checks_finishes_the_delivery(tmp_path: Path
             wait_for("delivered", lambda: stage_is(live, gh, number, "delivered"), MERGE_TIMEOUT)
             wait_for("the last progress", lambda: shown_delivered(gh, number, head))
             assert_delivered(live, gh, number, head)
+
+
+def test_a_failed_deployment_raises_a_card_answered_on_the_pr(tmp_path: Path) -> None:
+    with sandbox() as gh, serving(gh, tmp_path / "home") as live:
+        prepare(gh)
+        gh.world.set_deploy(delay=0.1, result="failure")
+        number, _ = open_pr(gh)
+        gh.world.add_label("maintainer", number, "deliver")
+        wait_for("blocked", lambda: stage_is(live, gh, number, "blocked"), MERGE_TIMEOUT)
+        rec = record(live, gh, number)
+        ((key, card_id),) = rec.cards.items()
+        assert key == rec.data["card"]["key"]
+        # The sticky comment names the card, so that a maintainer can answer it there.
+        wait_for("the card in the sticky comment", lambda: card_id in " ".join(sticky(gh, number)))
+        gh.world.comment("maintainer", number, f"/answer {card_id} 2")  # stop watching
+        wait_for("cancelled", lambda: stage_is(live, gh, number, "cancelled"), MERGE_TIMEOUT)
+        with live.hub.store.read() as tx:
+            card = tx.get("card", card_id)
+        assert card.choice == 2 and card.answered_by == "maintainer"
+        assert own(gh, "PUT", "/merge") == 1  # the merge stays; nothing is merged again
