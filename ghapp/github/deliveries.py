@@ -26,7 +26,8 @@ a review request). :class:`Deliveries` is the one thread that moves them:
   answered at once with findings that say so (no verdict), and the pipeline raises its
   own card about the missing review. ``review = "none"`` and ``approvals:N`` work.
 - **Merge order.** ``merge_queue_first`` comes from :func:`pipeline.first_in_line` over
-  the active deliveries of the same repository and base.
+  the active deliveries of the same repository and base; a delivery that leaves
+  ``merge`` (``Step.line_freed``) wakes the others waiting there.
 - **Restarts.** On start every active pipeline is decided once.
 - **Trouble.** An error talking to GitHub is one log line; that pipeline is tried again
   after a backoff (5 s, doubling up to 5 minutes), kept in this process only.
@@ -517,6 +518,10 @@ class Deliveries:
             self.hub.outbox.carry_out(second)
         if d.stage != delivery.stage:
             log.info("delivery %s: %s -> %s", pid, delivery.stage, d.stage)
+        if step.line_freed:  # the next in line on this base may merge now
+            queued = tuple(o.id for o in others if o.stage == "merge" and o.repo == d.repo)
+            if queued:
+                self.hub.ledger.decide(k.Wake(pipelines=queued))
         # A write we asked for has ended (the outbox performs it inline): decide again,
         # unless all it asked for was showing progress.
         writes = [a for a in specs if a.id in requested and a.do != "github.progress"]
