@@ -60,7 +60,8 @@ def action_done(ctx: Context, inp: ActionDone) -> Reply:
     if a.matter in ctx.state.pipelines:
         # a pipeline's write: its own machine reads the outcome (a refusal is often news
         # it waits for, such as a head that moved), so it is woken instead of a card
-        wake_owner(ctx, a.matter)
+        if a.params.get("quiet") is not True:
+            wake_owner(ctx, a.matter)
         return Reply(ok=True, code="recorded")
     if not inp.ok:
         ctx.open_card(

@@ -43,4 +43,5 @@ def pipeline_woken(st: State, fact: f.PipelineWoken) -> set[Key]:
     if p is None:
         raise MissingRecord("pipeline", fact.pipeline)
     move("pipeline", p.id, "ended" if p.ended else "active", "PipelineWoken")
-    return {st.put(dataclasses.replace(p, wake_at=fact.at))}
+    # A new version: a decision made before this (on what it did not know) is stale.
+    return {st.put(dataclasses.replace(p, wake_at=fact.at, version=p.version + 1))}

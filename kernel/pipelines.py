@@ -10,7 +10,9 @@ that decision safe to act on:
   recorded is never requested again, whatever the shell asks;
 - **cards**: opened on the pipeline (its id is their matter), one per key while open;
 - **waking**: :class:`~kernel.inputs.Wake` (an event it waits on), a person's answer to
-  its card and the result of its write make it due now (``wake_at``).
+  its card and the result of its write make it due now (``wake_at``) and give it a new
+  version, so that a decision made before, without that news, is stale. A write whose
+  params say ``"quiet": true`` (showing progress) wakes nobody when it ends.
 """
 
 from __future__ import annotations
@@ -90,9 +92,12 @@ def wake(ctx: Context, inp: Wake) -> Reply:
 
 
 def wake_owner(ctx: Context, pipeline: str) -> bool:
-    """Make ``pipeline`` due now, if it is loaded, active and not due already."""
+    """Make ``pipeline`` due now, if it is loaded, active and not woken at this instant.
+
+    One that is due already is woken again all the same: its ``wake_at`` moves to now, so
+    a runner that decided it at the earlier instant sees that something new happened."""
     p = ctx.state.pipelines.get(pipeline)
-    if p is None or p.ended or (p.wake_at and p.wake_at <= ctx.at):
+    if p is None or p.ended or p.wake_at == ctx.at:
         return False
     ctx.emit(f.PipelineWoken(pipeline=pipeline, at=ctx.at))
     return True

@@ -38,8 +38,10 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -51,6 +53,7 @@ from ghapp.github.readcache import ReadCache
 from ghapp.github.snapshot import Extras, read_policy, read_snapshot
 from ghapp.github.version import compare_with, probe_version
 from ghapp.runtime.hub import Hub
+from ghapp.runtime.ledger import Outcome
 from kernel import inputs as k
 from kernel.codec import to_data
 from kernel.durations import iso
@@ -62,6 +65,7 @@ from pipeline import (
     CardAnswer,
     Delivery,
     Policy,
+    PolicyProblem,
     ProbeVersion,
     Progress,
     RaiseCard,
@@ -84,6 +88,7 @@ log = logging.getLogger("autoloop.github.deliveries")
 
 BACKSTOP_S = 60.0  # the longest sleep: a wake recorded by another replica is seen by then
 MAX_DECISIONS = 8  # decisions per wake of one pipeline (answers feed back at once)
+POLICY_TTL_S = 60.0  # a policy read is kept this long, or until a push to its repository
 VERSIONS_KEPT = 20  # probe answers kept in the record (the newest)
 RETRY_FIRST_S, RETRY_MAX_S = 5.0, 300.0
 NO_REVIEWER = "no review agent runs in this server yet: review this PR yourself"
@@ -92,6 +97,42 @@ _SUBJECT = re.compile(r"^([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)#([0-9]+)$")
 _PULL_EVENTS = ("pull_request.", "pull_request_review.")
 _REPO_EVENTS = ("check_run.", "check_suite.", "status.", "deployment_status.", "push")
 _SHELL_KEYS = ("versions", "findings")
+
+
+# Stages that act on the base branch as it is now: a push to the base concerns them only
+# (the others read the base afresh when their own wait ends).
+_BASE_STAGES = frozenset({"merge", "update_branch"})
+_DEPLOY_STAGES = frozenset({"deployment", "live_version"})
+
+
+def _concerned(active: Iterable[Pipeline], repo: str, event: Event) -> set[str]:
+    """The active pipelines of ``repo`` that an event naming no pull request concerns.
+
+    Matched by commit, not by repository, so that one check or status of one PR does not
+    wake every delivery in flight: a check or a status wakes the pipelines whose head (or
+    merge commit) it is about; a deployment, those watching deployments; a push to a
+    branch, those about to write against it as their base. An event that names no commit
+    or branch wakes every pipeline of the repository."""
+    d = event.details
+    sha = _text(d.get("head_sha")) or _text(d.get("sha"))
+    branch = _text(d.get("branch"))
+    out: set[str] = set()
+    for p in active:
+        if (pipeline_subject(p.id) or "").split("#", 1)[0].lower() != repo.lower():
+            continue
+        data = p.data
+        heads = {_text(data.get("head_sha")), _text(data.get("merge_sha"))} - {""}
+        if event.type.startswith("push"):
+            about = not branch or (
+                _text(data.get("base_ref")) == branch and p.stage in _BASE_STAGES
+            )
+        elif event.type.startswith("deployment_status."):
+            about = p.stage in _DEPLOY_STAGES or sha in heads
+        else:
+            about = not sha or sha in heads
+        if about:
+            out.add(p.id)
+    return out
 
 
 def pipeline_id(repo: str, number: int) -> str:
@@ -147,6 +188,13 @@ class Deliveries:
         self._thread: threading.Thread | None = None
         self._retry: dict[str, tuple[datetime, float]] = {}  # pipeline -> (when, backoff)
         self._busy = False
+        # The policy of each repository, read from its default branch: kept for
+        # POLICY_TTL_S, and forgotten at once when a push to the repository arrives.
+        self._policies: dict[str, tuple[Policy | PolicyProblem, float]] = {}
+        # Progress (the check run and the sticky comment) is shown by a thread of its own,
+        # so that a merge never waits behind another delivery's progress; each write is an
+        # action in the ledger, and its seq keeps an older one from showing over a newer.
+        self._progress = ThreadPoolExecutor(max_workers=1, thread_name_prefix="progress")
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -162,6 +210,7 @@ class Deliveries:
         if self._thread is not None:
             self._thread.join(timeout=timeout)
             self._thread = None
+        self._progress.shutdown(wait=True, cancel_futures=False)
         self.http.close()
 
     def wake(self) -> None:
@@ -189,9 +238,10 @@ class Deliveries:
         for a PR that got one of the delivery labels."""
         active = {p.id: p for p in self._active()}
         wake: set[str] = set()
-        repos: set[str] = set()
         for event in events:
             d = event.details
+            if event.type.startswith("push"):  # the policy may have changed
+                self._policies.pop(_text(d.get("repo")).lower(), None)
             found = _SUBJECT.match(event.subject)
             repo = _text(d.get("repo")) or (found.group(1) if found else "")
             number = int(found.group(2)) if found else _number(d.get("number"))
@@ -218,11 +268,7 @@ class Deliveries:
                 if number:
                     wake.add(pipeline_id(repo, number))
                 else:
-                    repos.add(repo.lower())
-        for pid in active:
-            subject = pipeline_subject(pid) or ""
-            if subject.split("#", 1)[0].lower() in repos:
-                wake.add(pid)
+                    wake |= _concerned(active.values(), repo, event)
         wake &= set(active)
         if wake:
             self.hub.ledger.decide(k.Wake(pipelines=tuple(sorted(wake))))
@@ -303,6 +349,32 @@ class Deliveries:
             return self.backstop_s
         return max(0.0, min(self.backstop_s, (min(times) - now).total_seconds()))
 
+    def _policy(self, repo: str) -> Policy | PolicyProblem:
+        kept = self._policies.get(repo.lower())
+        if kept is not None and time.monotonic() - kept[1] < POLICY_TTL_S:
+            return kept[0]
+        policy = read_policy(self.client, repo, agents=self._agents())
+        self._policies[repo.lower()] = (policy, time.monotonic())
+        return policy
+
+    def _carry_out(self, out: Outcome, specs: Iterable[k.ActionSpec]) -> None:
+        """A decision's effects through the outbox: its writes here and now, its progress
+        by the progress thread (a progress left unshown by a crash is swept later)."""
+        progress = {a.id for a in specs if a.do == "github.progress"}
+        later = [
+            e.action
+            for e in out.decision.effects
+            if isinstance(e, k.PerformAction) and e.action in progress
+        ]
+        now = tuple(
+            e
+            for e in out.decision.effects
+            if not (isinstance(e, k.PerformAction) and e.action in progress)
+        )
+        self.hub.outbox.carry_out(replace(out, decision=replace(out.decision, effects=now)))
+        for action in later:
+            self._progress.submit(self.hub.outbox.perform, action)
+
     # -- starting ----------------------------------------------------------------------
 
     def _start(self, s: _Start) -> None:
@@ -311,7 +383,7 @@ class Deliveries:
         if rec is not None and not rec.ended:
             return  # already on its way: the wake recorded for the event moves it
         try:
-            policy = read_policy(self.client, s.repo, agents=self._agents())
+            policy = self._policy(s.repo)
         except Exception as exc:  # GitHub unreachable: the sweeper reconciles the PR later
             log.warning("delivery %s: cannot read the policy: %s", pid, exc)
             return
@@ -362,7 +434,7 @@ class Deliveries:
             step, code, again = outcome
             if code == "stale":
                 stale += 1
-                if stale > 1:
+                if stale > MAX_DECISIONS // 2:
                     raise RuntimeError("the pipeline record kept moving under this decision")
                 continue
             last = step
@@ -387,7 +459,7 @@ class Deliveries:
         versions = [VersionObservation(**v) for v in data.get("versions") or ()]
         raw = data.get("findings")
         findings = ReviewFindings(**raw) if isinstance(raw, Mapping) else None
-        policy = read_policy(self.client, delivery.repo, agents=self._agents())
+        policy = self._policy(delivery.repo)
         results = tuple(r for r in (write_result(a) for a in actions) if r is not None)
         extras = Extras(
             merge_queue_first=first_in_line(delivery, others),
@@ -452,6 +524,8 @@ class Deliveries:
                 if mapped is None:
                     raise RuntimeError(f"no action carries out {type(effect).__name__}")
                 do, params = mapped
+                if isinstance(effect, Progress):  # its end is no news to the pipeline
+                    params = {**params, "quiet": True}
                 spec = k.ActionSpec(id=effect.key, do=do, params=params)
                 needs_card = (
                     isinstance(effect, Progress)
@@ -513,9 +587,9 @@ class Deliveries:
                 requested += list(second.reply.data.get("actions") or ())
         # Carried out only now: an action that ends moves the record (a wake-up), and the
         # second Advance above must be made on the version the first one left.
-        self.hub.outbox.carry_out(out)
+        self._carry_out(out, specs)
         if second is not None and second.reply.code == "advanced":
-            self.hub.outbox.carry_out(second)
+            self._carry_out(second, filled)
         if d.stage != delivery.stage:
             log.info("delivery %s: %s -> %s", pid, delivery.stage, d.stage)
         if step.line_freed:  # the next in line on this base may merge now

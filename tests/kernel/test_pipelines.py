@@ -68,7 +68,17 @@ def test_its_write_result_wakes_it_and_opens_no_card() -> None:
     done = kn.step(k.ActionDone(action=merge().id, ok=False, error="[head_moved] 409"))
     assert done.reply.code == "recorded"
     assert pipe(kn).wake_at == iso(kn.now)
+    assert pipe(kn).version == 2  # a decision made before the answer is stale
     assert kn.state.cards == {}
+
+
+def test_a_quiet_write_wakes_nobody_when_it_ends() -> None:
+    kn = kernel()
+    show = k.ActionSpec(id=f"{PIPE}/progress/1", do="github.progress", params={"quiet": True})
+    advance(kn, 0, "checks", actions=(show,), wake_at=iso(T0.replace(hour=T0.hour + 2)))
+    kn.advance(minutes=1)
+    kn.step(k.ActionDone(action=show.id, ok=True))
+    assert (pipe(kn).version, pipe(kn).wake_at) == (1, iso(T0.replace(hour=T0.hour + 2)))
 
 
 def test_one_card_per_key_while_open_and_an_answer_wakes_the_pipeline() -> None:
@@ -85,22 +95,26 @@ def test_one_card_per_key_while_open_and_an_answer_wakes_the_pipeline() -> None:
     assert isinstance(card, Card) and card.choice == 2
     assert pipe(kn).wake_at == iso(kn.now)
     assert not kn.state.events  # no agent is woken: the pipeline reads the answer
-    advance(kn, 2, "checks", resolve=("merge_unclear",))
+    assert advance(kn, 2, "checks").reply.code == "stale"  # decided without the answer
+    advance(kn, pipe(kn).version, "checks", resolve=("merge_unclear",))
     assert kn.state.cards[cid].state == "done"
     assert pipe(kn).cards == {}
 
 
-def test_wake_marks_only_active_pipelines_not_due_yet() -> None:
+def test_wake_marks_active_pipelines_due_now_once_an_instant() -> None:
     kn = kernel()
     advance(kn, 0, "checks", wake_at=iso(T0.replace(hour=T0.hour + 1)))
     kn.advance(minutes=1)
     woken = kn.step(k.Wake(pipelines=(PIPE, "deliver/other#1", PIPE)))
     assert woken.reply.data["pipelines"] == [PIPE]
-    assert kn.step(k.Wake(pipelines=(PIPE,))).reply.data["pipelines"] == []  # due already
-    advance(kn, 1, "delivered", ended=True)
+    assert kn.step(k.Wake(pipelines=(PIPE,))).reply.data["pipelines"] == []  # woken this instant
+    kn.advance(seconds=1)
+    again = kn.step(k.Wake(pipelines=(PIPE,)))  # due already, and something new happened
+    assert again.reply.data["pipelines"] == [PIPE] and pipe(kn).wake_at == iso(kn.now)
+    advance(kn, pipe(kn).version, "delivered", ended=True)
     assert pipe(kn).ended and pipe(kn).wake_at == ""
     assert kn.step(k.Wake(pipelines=(PIPE,))).facts == ()
-    assert advance(kn, 2, "review").reply.code == "ended"
+    assert advance(kn, pipe(kn).version, "review").reply.code == "ended"
 
 
 def test_replay_gives_the_pipeline_reached_step_by_step() -> None:
@@ -108,5 +122,5 @@ def test_replay_gives_the_pipeline_reached_step_by_step() -> None:
     advance(kn, 0, "checks", cards=(k.CardSpec(key="n", title="FYI"),))
     advance(kn, 1, "merge", actions=(merge(),))
     kn.step(k.ActionDone(action=merge().id, ok=True, result={"merged": True}))
-    advance(kn, 2, "delivered", ended=True, resolve=("n",))
+    advance(kn, pipe(kn).version, "delivered", ended=True, resolve=("n",))
     assert kn.replayed().records() == kn.state.records()
