@@ -47,6 +47,7 @@ OPERATIONS = (
     "live",
     "set_app_url",
     "user_token",
+    "actions_token",
     "settle",
 )
 
