@@ -30,6 +30,7 @@ from kernel.records import Card, EventRow, Matter, Queued, Timer, Turn
 
 # name -> "module:function"; each function takes the remaining argv and returns an exit code.
 EXTERNAL: dict[str, str] = {
+    "action": "ghapp.commands.action:main",
     "sandbox": "fakegithub.cli:main",
     "serve": "ghapp.commands.serve:main",
     "demo": "ghapp.commands.demo:main",

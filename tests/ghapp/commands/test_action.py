@@ -1,0 +1,397 @@
+"""``autoloop action`` run as a runner runs it: a subprocess with the environment a
+workflow step gets (event name and payload file, run id and attempt, output and summary
+files, ``GITHUB_TOKEN``, ``GITHUB_API_URL``), against the fake GitHub on loopback.
+
+The event files start from GitHub's own example payloads (``tests/fixtures/github``),
+with the repository, the issue and the comment of the fake put in. The token is one
+the fake issues as GitHub Actions would (``actions_token``): it writes as
+``github-actions[bot]``. The agent is the built-in demo agent (a real subprocess).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fakegithub.server import SandboxHandle, running_sandbox
+from ghapp.github.client import GitHubClient
+from tests.paths import FIXTURES
+
+WEBHOOKS = FIXTURES / "github" / "webhooks"
+AUTOLOOP = Path(sys.executable).parent / "autoloop"
+CARD_MARK = "<!-- autoloop:card="
+BOT = "github-actions[bot]"
+RULES: dict[str, Any] = {
+    "sources": {"github": {"adapter": "github"}},
+    "agents": {"demo": {"use": "demo"}},
+    "channels": {"gh": {"use": "github-comment"}},
+    "rules": [
+        {
+            "name": "triage",
+            "on": {"source": "github", "type": ["issues.opened"]},
+            "agent": "demo",
+            "parallel": True,
+            "allow": ["github.comment", "github.label"],
+            "notify": ["gh"],
+        }
+    ],
+}
+
+
+@dataclass
+class Ran:
+    code: int
+    stdout: str
+    stderr: str
+    outputs: dict[str, str]
+    summary: str
+
+
+@dataclass
+class Runner:
+    """A runner's view: a checkout with the rules, a persistent home, a token."""
+
+    gh: SandboxHandle
+    tmp: Path
+    token: str
+    reader: GitHubClient  # the test's own eyes on the fake
+
+    @property
+    def workspace(self) -> Path:
+        return self.tmp / "workspace"
+
+    @property
+    def home(self) -> Path:
+        return self.tmp / "home"
+
+    def env(
+        self, event_name: str, payload: dict[str, Any], run_id: int, attempt: int
+    ) -> dict[str, str]:
+        runner_temp = self.tmp / f"run-{run_id}-{attempt}"
+        runner_temp.mkdir(parents=True, exist_ok=True)
+        event_path = runner_temp / "event.json"
+        event_path.write_text(json.dumps(payload))
+        (runner_temp / "output").touch()
+        (runner_temp / "summary.md").touch()
+        return {
+            "PATH": os.environ.get("PATH", ""),
+            "HOME": str(self.tmp / "user"),
+            "CI": "true",
+            "GITHUB_ACTIONS": "true",
+            "GITHUB_EVENT_NAME": event_name,
+            "GITHUB_EVENT_PATH": str(event_path),
+            "GITHUB_REPOSITORY": self.gh.repo,
+            "GITHUB_RUN_ID": str(run_id),
+            "GITHUB_RUN_ATTEMPT": str(attempt),
+            "GITHUB_ACTOR": str(payload.get("sender", {}).get("login", "maintainer")),
+            "GITHUB_API_URL": self.gh.api_url,
+            "GITHUB_SERVER_URL": self.gh.api_url,
+            "GITHUB_WORKSPACE": str(self.workspace),
+            "GITHUB_OUTPUT": str(runner_temp / "output"),
+            "GITHUB_STEP_SUMMARY": str(runner_temp / "summary.md"),
+            "RUNNER_TEMP": str(runner_temp),
+            "GITHUB_TOKEN": self.token,
+            "AUTOLOOP_HOME": str(self.home),
+            "AUTOLOOP_RULES": ".github/autoloop/rules.json",
+            "AUTOLOOP_MODE": "triage",
+        }
+
+    def run(
+        self,
+        event_name: str,
+        payload: dict[str, Any],
+        *,
+        run_id: int,
+        attempt: int = 1,
+        **extra: str,
+    ) -> Ran:
+        env = {**self.env(event_name, payload, run_id, attempt), **extra}
+        env = {name: value for name, value in env.items() if value != ""}
+        done = subprocess.run(
+            [str(AUTOLOOP), "action"],
+            cwd=self.workspace,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        outputs: dict[str, str] = {}
+        output_file = Path(env["GITHUB_OUTPUT"]) if "GITHUB_OUTPUT" in env else None
+        if output_file is not None and output_file.exists():
+            for line in output_file.read_text().splitlines():
+                name, _, value = line.partition("=")
+                outputs[name] = value
+        summary_file = (
+            Path(env.get("GITHUB_STEP_SUMMARY", "")) if "GITHUB_STEP_SUMMARY" in env else None
+        )
+        summary = summary_file.read_text() if summary_file and summary_file.exists() else ""
+        return Ran(done.returncode, done.stdout, done.stderr, outputs, summary)
+
+    # -- payloads ---------------------------------------------------------------------
+
+    def repository(self) -> dict[str, Any]:
+        return self.reader.get_repo(self.gh.repo)
+
+    def person(self, login: str) -> dict[str, Any]:
+        return {"login": login, "id": zlib.crc32(login.encode()) % 10**6, "type": "User"}
+
+    def issue_opened(self, number: int) -> dict[str, Any]:
+        payload: dict[str, Any] = json.loads((WEBHOOKS / "issues" / "opened.json").read_text())
+        issue = self.reader.get_issue(self.gh.repo, number)
+        payload["issue"].update(
+            number=number,
+            title=issue["title"],
+            body=issue["body"],
+            html_url=issue["html_url"],
+            user=self.person(issue["user"]["login"]),
+        )
+        payload["repository"] = self.repository()
+        payload["sender"] = self.person(issue["user"]["login"])
+        return payload
+
+    def comment_created(self, number: int, comment_id: int) -> dict[str, Any]:
+        path = WEBHOOKS / "issue_comment" / "created.json"
+        payload: dict[str, Any] = json.loads(path.read_text())
+        comment = next(
+            c
+            for c in self.reader.list_issue_comments(self.gh.repo, number)
+            if c["id"] == comment_id
+        )
+        login = comment["user"]["login"]
+        payload["issue"].update(number=number, user=self.person("reader"))
+        payload["issue"].pop("pull_request", None)
+        payload["comment"].update(
+            id=comment_id,
+            body=comment["body"],
+            html_url=comment["html_url"],
+            user=comment["user"],
+            performed_via_github_app=comment.get("performed_via_github_app"),
+        )
+        payload["repository"] = self.repository()
+        payload["sender"] = comment["user"] if login == BOT else self.person(login)
+        return payload
+
+    # -- what GitHub shows ------------------------------------------------------------
+
+    def comments(self, number: int) -> list[dict[str, Any]]:
+        return self.reader.list_issue_comments(self.gh.repo, number)
+
+    def card_comments(self, number: int) -> list[dict[str, Any]]:
+        return [c for c in self.comments(number) if CARD_MARK in c["body"]]
+
+    def labels(self, number: int) -> list[str]:
+        return [lb["name"] for lb in self.reader.get_issue(self.gh.repo, number)["labels"]]
+
+    def writes(self) -> list[Any]:
+        return [e for e in self.gh.world.audit.entries() if e.actor == BOT]
+
+
+@pytest.fixture
+def runner(tmp_path: Path) -> Iterator[Runner]:
+    with running_sandbox() as gh:
+        gh.world.set_collaborator("maintainer", "maintain")
+        rules = tmp_path / "workspace" / ".github" / "autoloop" / "rules.json"
+        rules.parent.mkdir(parents=True)
+        rules.write_text(json.dumps(RULES, indent=2))
+        with GitHubClient(token=gh.world.user_token("maintainer"), base_url=gh.api_url) as reader:
+            yield Runner(gh, tmp_path, gh.world.actions_token(), reader)
+
+
+def annotations(text: str, kind: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith(f"::{kind}::")]
+
+
+def open_and_triage(r: Runner, *, run_id: int = 1001) -> tuple[int, Ran]:
+    number = r.gh.world.open_issue("reader", "Crash on start", body="It crashes.")
+    return number, r.run("issues", r.issue_opened(number), run_id=run_id)
+
+
+# --------------------------------------------------------------------------- the loop
+
+
+def test_an_issue_is_asked_about_then_resumed_by_a_maintainers_answer(runner: Runner) -> None:
+    r = runner
+    number, first = open_and_triage(r)
+    assert first.code == 0, first.stdout + first.stderr
+    assert first.outputs == {"turns": "1", "cards": "1", "stage": ""}
+    (card,) = r.card_comments(number)
+    assert card["user"]["login"] == BOT
+    assert "How should this issue be triaged?" in card["body"]
+    assert "`/answer c1 N`" in card["body"]
+    assert (
+        "| c1 | How should this issue be triaged? | waiting for `/answer c1 N` |" in first.summary
+    )
+    assert f"/sandbox/demo/issues/{number}#issuecomment-{card['id']})" in first.summary
+    assert "[attempt 1](" in first.summary and "/actions/runs/1001)" in first.summary
+    assert not annotations(first.stdout, "error") and "Traceback" not in first.stderr
+
+    # The job has ended; the wait is a row in the ledger. A maintainer answers on GitHub,
+    # and that comment is the next run's event.
+    comment = r.gh.world.comment("maintainer", number, "Sounds right.\n/answer c1 1\nthanks")
+    second = r.run("issue_comment", r.comment_created(number, comment), run_id=1002)
+    assert second.code == 0, second.stdout + second.stderr
+    assert second.outputs == {"turns": "1", "cards": "0", "stage": ""}
+    assert "bug" in r.labels(number)
+    said = [c for c in r.comments(number) if "Triaged as bug" in c["body"]]
+    assert len(said) == 1 and said[0]["user"]["login"] == BOT
+    (card,) = r.card_comments(number)
+    assert "Answered: **bug** by @maintainer" in card["body"]
+    assert "This card is done" in card["body"]
+    assert "| `/answer c1 1` | maintainer | taken |" in second.summary
+    assert "| c1 | How should this issue be triaged? | done: bug by maintainer |" in second.summary
+    assert "| t2 | triage |" in second.summary
+
+    # Each write once: one card comment (then edited), one reply, one label.
+    path = f"/repos/{r.gh.repo}/issues/{number}"
+    writes = [(e.method, e.path) for e in r.writes()]
+    assert writes.count(("POST", path + "/comments")) == 2
+    assert writes.count(("POST", path + "/labels")) == 1
+
+
+def test_a_re_run_of_the_same_run_is_the_same_event(runner: Runner) -> None:
+    r = runner
+    number, first = open_and_triage(r, run_id=2001)
+    assert first.outputs["cards"] == "1"
+    before = len(r.writes())
+    again = r.run("issues", r.issue_opened(number), run_id=2001, attempt=2)
+    assert again.code == 0, again.stdout + again.stderr
+    assert again.outputs == {"turns": "0", "cards": "0", "stage": ""}
+    assert "already recorded (an earlier attempt) as action-2001-issues" in again.stdout
+    assert "by an earlier attempt (the same event)" in again.summary
+    assert "[attempt 2](" in again.summary
+    assert len(r.card_comments(number)) == 1
+    assert len(r.writes()) == before
+
+    # The answer's run, re-run too: the answer is taken once, the agent resumes once.
+    comment = r.gh.world.comment("maintainer", number, "/answer c1 2")
+    payload = r.comment_created(number, comment)
+    assert r.run("issue_comment", payload, run_id=2002).outputs["turns"] == "1"
+    writes = len(r.writes())
+    rerun = r.run("issue_comment", payload, run_id=2002, attempt=2)
+    assert rerun.code == 0, rerun.stdout + rerun.stderr
+    assert rerun.outputs["turns"] == "0"
+    assert "| `/answer c1 2` | maintainer | taken before |" in rerun.summary
+    assert len(r.writes()) == writes
+    assert "feature" in r.labels(number)
+
+
+def test_a_read_only_users_answer_is_refused(runner: Runner) -> None:
+    r = runner
+    number, _ = open_and_triage(r, run_id=3001)
+    comment = r.gh.world.comment("reader", number, "/answer c1 1")
+    refused = r.run("issue_comment", r.comment_created(number, comment), run_id=3002)
+    assert refused.code == 0, refused.stdout + refused.stderr
+    assert refused.outputs == {"turns": "0", "cards": "0", "stage": ""}
+    assert "| `/answer c1 1` | reader | refused (the reply comment says why) |" in refused.summary
+    replies = [c for c in r.comments(number) if "was not taken" in c["body"]]
+    assert len(replies) == 1 and replies[0]["user"]["login"] == BOT
+    assert "only people with write access to sandbox/demo can answer cards" in replies[0]["body"]
+    assert "bug" not in r.labels(number)
+    (card,) = r.card_comments(number)
+    assert "`/answer c1 N`" in card["body"]  # still waiting
+
+
+def test_the_runs_own_comment_is_not_fed_back(runner: Runner) -> None:
+    r = runner
+    number, _ = open_and_triage(r, run_id=4001)
+    (card,) = r.card_comments(number)
+    own = r.run("issue_comment", r.comment_created(number, card["id"]), run_id=4002)
+    assert own.code == 0, own.stdout + own.stderr
+    assert "caused by this run's own identity" in own.stdout
+    assert own.outputs["turns"] == "0"
+
+
+# --------------------------------------------------------------------------- token facts
+
+
+def test_a_pull_request_from_a_fork_is_recorded_and_nothing_is_written(runner: Runner) -> None:
+    r = runner
+    payload: dict[str, Any] = json.loads((WEBHOOKS / "pull_request" / "opened.json").read_text())
+    payload["repository"] = r.repository()
+    payload["pull_request"]["base"]["repo"] = r.repository()
+    payload["pull_request"]["head"]["repo"]["full_name"] = "contributor/demo"
+    before = len(r.gh.world.audit.entries())
+    read_only = r.gh.world.actions_token(permissions={"contents": "read", "metadata": "read"})
+    ran = r.run("pull_request", payload, run_id=5001, GITHUB_TOKEN=read_only)
+    assert ran.code == 0, ran.stdout + ran.stderr
+    (warning,) = annotations(ran.stdout, "warning")
+    assert "a pull request from a fork gets a read-only token" in warning
+    assert "pull_request_target" in warning
+    assert "read-only token" in ran.summary
+    assert "recorded as action-5001-pull_request" in ran.stdout
+    assert ran.outputs == {"turns": "0", "cards": "0", "stage": ""}
+    assert len(r.gh.world.audit.entries()) == before
+
+
+def test_deliver_with_only_github_token_warns_that_pushes_will_not_start(runner: Runner) -> None:
+    r = runner
+    number = r.gh.world.open_issue("reader", "Deliver me")
+    ran = r.run("issues", r.issue_opened(number), run_id=6001, AUTOLOOP_MODE="deliver")
+    assert ran.code == 0, ran.stdout + ran.stderr
+    warnings = annotations(ran.stdout, "warning")
+    assert any("GITHUB_TOKEN does not start 'push' workflows" in w for w in warnings)
+    assert any("not wired into the Action yet" in w for w in warnings)
+    assert ran.outputs["turns"] == "0"
+    assert not r.card_comments(number)
+
+
+# --------------------------------------------------------------------------- failures
+
+
+def test_missing_credentials_is_one_error_line(runner: Runner) -> None:
+    r = runner
+    number = r.gh.world.open_issue("reader", "No token")
+    ran = r.run("issues", r.issue_opened(number), run_id=7001, GITHUB_TOKEN="")
+    assert ran.code == 2
+    (error,) = annotations(ran.stdout, "error")
+    assert "give the 'github-token' input" in error
+    assert "Traceback" not in ran.stdout + ran.stderr
+
+
+def test_a_token_github_refuses_fails_the_job_with_one_line(runner: Runner) -> None:
+    r = runner
+    number = r.gh.world.open_issue("reader", "Bad token")
+    ran = r.run("issues", r.issue_opened(number), run_id=7002, GITHUB_TOKEN="ghs_revoked")
+    assert ran.code == 1
+    (error,) = annotations(ran.stdout, "error")
+    assert "GitHub refused the credentials (401 Bad credentials)" in error
+    assert "Traceback" not in ran.stdout + ran.stderr
+
+
+def test_a_broken_rules_file_is_named_in_the_error(runner: Runner) -> None:
+    r = runner
+    rules = r.workspace / ".github" / "autoloop" / "rules.json"
+    rules.write_text(
+        json.dumps(
+            {**RULES, "rules": [{"name": "x", "on": {"source": "github"}, "agent": "nobody"}]}
+        )
+    )
+    number = r.gh.world.open_issue("reader", "Bad rules")
+    ran = r.run("issues", r.issue_opened(number), run_id=7003)
+    assert ran.code == 2
+    (error,) = annotations(ran.stdout, "error")
+    assert ".github/autoloop/rules.json" in error
+    assert "nobody" in error
+
+
+def test_outside_a_runner_it_says_what_is_missing(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [str(AUTOLOOP), "action"],
+        env={"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stdout.startswith("::error::GITHUB_EVENT_NAME is not set")
