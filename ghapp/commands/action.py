@@ -128,6 +128,7 @@ class RunnerEnv:
     output: Path | None
     summary: Path | None
     debug: bool
+    ledger_outlives_job: bool  # False on a GitHub-hosted runner with the ledger in the home
 
     @property
     def delivery(self) -> str:
@@ -201,6 +202,8 @@ def runner_env(env: Mapping[str, str]) -> RunnerEnv:
         output=_path(env, "GITHUB_OUTPUT"),
         summary=_path(env, "GITHUB_STEP_SUMMARY"),
         debug=env.get("RUNNER_DEBUG") == "1",
+        ledger_outlives_job=bool((env.get("AUTOLOOP_DB") or "").strip())
+        or env.get("RUNNER_ENVIRONMENT") != "github-hosted",
     )
 
 
@@ -426,6 +429,14 @@ def _run(
         report.cards = _changed_cards(hub, before)
         report.new_cards = [c for c in report.cards if c.id not in before]
         report.subjects = _subjects(hub, report)
+        asks = [c.id for c in report.new_cards if c.kind_ == "ask"]
+        if asks and not renv.ledger_outlives_job:
+            report.warnings.append(
+                f"card(s) {', '.join(asks)} cannot be answered: the ledger is in {renv.home} on "
+                "a GitHub-hosted runner, and that disk is gone when the job ends. Give "
+                "'database-url' (PostgreSQL), or run on a self-hosted runner with a "
+                "persistent 'home'"
+            )
         report.stage = _stage(hub, {r.event.subject for r in report.events})
     return report
 

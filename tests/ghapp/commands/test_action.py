@@ -345,6 +345,16 @@ def test_deliver_with_only_github_token_warns_that_pushes_will_not_start(runner:
     assert not r.card_comments(number)
 
 
+def test_a_question_on_a_hosted_runner_without_a_database_is_flagged(runner: Runner) -> None:
+    r = runner
+    number = r.gh.world.open_issue("reader", "Hosted")
+    ran = r.run("issues", r.issue_opened(number), run_id=6002, RUNNER_ENVIRONMENT="github-hosted")
+    assert ran.code == 0, ran.stdout + ran.stderr
+    (warning,) = annotations(ran.stdout, "warning")
+    assert "card(s) c1 cannot be answered" in warning and "'database-url'" in warning
+    assert ran.outputs["cards"] == "1"
+
+
 # --------------------------------------------------------------------------- failures
 
 
