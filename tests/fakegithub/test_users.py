@@ -1,4 +1,5 @@
-"""``GET /user`` and a workflow's ``GITHUB_TOKEN`` (``actions_token``)."""
+"""What the Action's tests need of the fake: ``GET /user``, a workflow's ``GITHUB_TOKEN``
+(``actions_token``) and an event's payload as a runner's event file."""
 
 from __future__ import annotations
 
@@ -69,3 +70,15 @@ def test_the_control_route_hands_out_an_actions_token(sandbox: SandboxHandle) ->
     assert token.startswith("ghs_")
     with client(sandbox, token) as gh:
         assert gh.get(REPO).status_code == 200
+
+
+def test_an_events_payload_is_served_as_a_runners_event_file(sandbox: SandboxHandle) -> None:
+    number = sandbox.world.open_issue("reader", "Payload please")
+    with httpx.Client(base_url=sandbox.control_url, timeout=10) as control:
+        payload = control.get("/events/-1").json()
+        missing = control.get("/events/100000")
+    assert payload["action"] == "opened"
+    assert payload["issue"]["number"] == number
+    assert payload["repository"]["full_name"] == "sandbox/demo"
+    assert payload["sender"]["login"] == "reader"
+    assert missing.status_code == 400 and "-1 for the newest" in missing.json()["message"]
