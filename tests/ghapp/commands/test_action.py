@@ -27,6 +27,7 @@ from tests.action_runner import (
     open_and_triage,
     sandbox_runner,
 )
+from tests.paths import ROOT
 
 
 @pytest.fixture
@@ -118,6 +119,16 @@ def test_a_read_only_users_answer_is_refused(runner: Runner) -> None:
     assert "bug" not in r.labels(number)
     (card,) = r.card_comments(number)
     assert "`/answer c1 N`" in card["body"]  # still waiting
+
+
+def test_the_readmes_example_rules_triage_an_issue(runner: Runner) -> None:
+    r = runner
+    number = r.gh.world.open_issue("reader", "Example rules")
+    example = str(ROOT / "examples" / "rules.json")
+    ran = r.run("issues", r.issue_opened(number), run_id=4101, AUTOLOOP_RULES=example)
+    assert ran.code == 0, ran.stdout + ran.stderr
+    assert ran.outputs == {"turns": "1", "cards": "1", "stage": ""}
+    assert len(r.card_comments(number)) == 1
 
 
 def test_the_runs_own_comment_is_not_fed_back(runner: Runner) -> None:

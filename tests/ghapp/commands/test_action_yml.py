@@ -305,3 +305,21 @@ def test_the_cache_key_changes_with_the_package(tmp_path: Path) -> None:
     assert key() == first
     (action_path / "ghapp" / "commands" / "action.py").write_text("# changed\n")
     assert key() != first
+
+
+def test_the_example_workflows_give_the_action_only_inputs_it_has() -> None:
+    inputs = set(action()["inputs"])
+    seen = 0
+    for path in sorted((ROOT / "examples" / "workflows").glob("*.yml")):
+        workflow = yaml.safe_load(path.read_text())
+        assert workflow["permissions"] == {}, path.name
+        for job in workflow["jobs"].values():
+            for step in job["steps"]:
+                uses = str(step.get("uses", ""))
+                if uses.startswith("actions/checkout@"):
+                    assert step["with"]["persist-credentials"] is False, path.name
+                if uses.startswith("OWNER/autoloop@"):
+                    assert set(step["with"]) <= inputs, path.name
+                    assert step["with"]["mode"] in ("triage", "deliver"), path.name
+                    seen += 1
+    assert seen == 4
