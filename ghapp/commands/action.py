@@ -396,8 +396,7 @@ def _run(
     if renv.mode == "deliver":
         report.warnings.append(
             "mode 'deliver': the delivery pipeline is not wired into the Action yet; this run "
-            "recorded the event and ran nothing (use the GitHub App, 'autoloop serve', to "
-            "deliver pull requests)"
+            "recorded the event and ran nothing"
         )
     if read_only:
         report.warnings.append(f"nothing was run or written: {read_only}")

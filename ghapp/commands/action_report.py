@@ -32,6 +32,7 @@ __all__ = [
 _SUBJECT = re.compile(r"^([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)#([0-9]+)$")
 _STAGE = re.compile(r"[^A-Za-z0-9_.:-]")
 _MARKDOWN = re.compile(r"([\\`*_\[\]|])")
+_CODE = re.compile(r"[^A-Za-z0-9_.:/#@-]")
 CELL_MAX = 120
 
 
@@ -110,6 +111,11 @@ def cell(text: str) -> str:
     return _MARKDOWN.sub(r"\\\1", flat)
 
 
+def code(text: str) -> str:
+    """A name (an event type, a card id) as a code span: only the characters names have."""
+    return f"`{_CODE.sub('', str(text))[:CELL_MAX]}`"
+
+
 def subject_link(server_url: str, subject: str, anchor: str = "") -> str:
     """``owner/repo#N`` as a link to the issue or pull request (GitHub redirects
     ``/issues/N`` to ``/pull/N``); other subjects as text."""
@@ -122,7 +128,7 @@ def subject_link(server_url: str, subject: str, anchor: str = "") -> str:
 
 def _card_state(card: Card) -> str:
     if card.kind_ == "ask" and card.state == "open":
-        return f"waiting for `/answer {card.id} N`"
+        return f"waiting for `/answer {_CODE.sub('', card.id)} N`"
     if card.choice is not None and 1 <= card.choice <= len(card.options):
         by = f" by {cell(card.answered_by)}" if card.answered_by else ""
         return f"{card.state}: {cell(card.options[card.choice - 1])}{by}"
@@ -143,7 +149,7 @@ def summary(report: ActionRun) -> str:
     about = ", ".join(subject_link(server, s) for s in subjects) or cell(report.repository)
     types = sorted({r.event.type for r in report.events}) or [report.event_name]
     lines = [
-        f"### Autoloop: {', '.join(f'`{cell(t)}`' for t in types)} on {about}",
+        f"### Autoloop: {', '.join(code(t) for t in types)} on {about}",
         "",
         "| mode | turns run | cards raised | delivery stage | run |",
         "|---|---|---|---|---|",
@@ -156,7 +162,7 @@ def summary(report: ActionRun) -> str:
         for r in report.events:
             how = "now" if r.code == "recorded" else "by an earlier attempt (the same event)"
             lines.append(
-                f"| `{cell(r.event.type)}` | {subject_link(server, r.event.subject)} | {how} |"
+                f"| {code(r.event.type)} | {subject_link(server, r.event.subject)} | {how} |"
             )
         lines.append("")
     if report.answers:
@@ -167,7 +173,9 @@ def summary(report: ActionRun) -> str:
                 "replied": "refused (the reply comment says why)",
                 "handled": "taken before",
             }.get(a.outcome, a.outcome)
-            lines.append(f"| `/answer {a.card} {a.choice}` | {cell(a.by)} | {outcome} |")
+            lines.append(
+                f"| `/answer {_CODE.sub('', a.card)} {a.choice}` | {cell(a.by)} | {outcome} |"
+            )
         lines.append("")
     if report.turns:
         lines += ["| turn | rule | about | outcome |", "|---|---|---|---|"]

@@ -10,6 +10,7 @@ from ghapp.commands.action_report import (
     Recorded,
     annotation,
     cell,
+    code,
     subject_link,
     summary,
     write_outputs,
@@ -96,3 +97,8 @@ def test_the_summary_tables_the_event_and_the_cards_with_links() -> None:
         f"[acme/web#4]({SERVER}/acme/web/issues/4#issuecomment-99) |"
     ) in text
     assert "> **Note:** careful" in text
+
+
+def test_names_in_code_spans_keep_only_the_characters_names_have() -> None:
+    assert code("issue_comment.created") == "`issue_comment.created`"
+    assert code("x`y|z <b>") == "`xyzb`"
