@@ -141,6 +141,25 @@ def test_the_runs_own_comment_is_not_fed_back(runner: Runner) -> None:
     assert own.outputs["turns"] == "0"
 
 
+def test_with_an_app_it_writes_as_the_app_and_needs_no_warning(runner: Runner) -> None:
+    r = runner
+    number = r.gh.world.open_issue("reader", "App mode")
+    ran = r.run(
+        "issues",
+        r.issue_opened(number),
+        run_id=4201,
+        GITHUB_TOKEN="",
+        AUTOLOOP_GITHUB_APP_ID=str(r.gh.app_id),
+        AUTOLOOP_GITHUB_PRIVATE_KEY=r.gh.private_key_pem,
+        AUTOLOOP_MODE="auto",
+    )
+    assert ran.code == 0, ran.stdout + ran.stderr
+    assert not annotations(ran.stdout, "warning")
+    (card,) = r.card_comments(number)
+    assert card["user"]["login"] == "autoloop-sandbox[bot]"
+    assert ran.outputs["cards"] == "1"
+
+
 # --------------------------------------------------------------------------- token facts
 
 
