@@ -141,6 +141,21 @@ def test_the_runs_own_comment_is_not_fed_back(runner: Runner) -> None:
     assert own.outputs["turns"] == "0"
 
 
+def test_a_scheduled_run_records_its_tick_and_retries_what_github_refused(runner: Runner) -> None:
+    r = runner
+    number = r.gh.world.open_issue("reader", "Flaky GitHub")
+    r.gh.world.faults.add("error_502", method="POST", path="*/comments", times=None)
+    first = r.run("issues", r.issue_opened(number), run_id=4301)
+    assert first.code == 0, first.stdout + first.stderr
+    assert not r.card_comments(number)  # GitHub refused; the card waits to be shown
+    r.gh.world.faults.clear()
+    schedule = {"schedule": "*/15 * * * *", "workflow": ".github/workflows/clock.yml"}
+    tick = r.run("schedule", {**schedule, "repository": r.repository()}, run_id=4302)
+    assert tick.code == 0, tick.stdout + tick.stderr
+    assert "event schedule sandbox/demo: recorded as action-4302-schedule" in tick.stdout
+    assert len(r.card_comments(number)) == 1  # shown now, by the clock's run
+
+
 def test_with_an_app_it_writes_as_the_app_and_needs_no_warning(runner: Runner) -> None:
     r = runner
     number = r.gh.world.open_issue("reader", "App mode")
