@@ -18,7 +18,7 @@ from ghapp.commands.action_env import (
 
 RUNNER = {
     "GITHUB_EVENT_NAME": "issues",
-    "GITHUB_EVENT_PATH": "/tmp/event.json",
+    "GITHUB_EVENT_PATH": "event.json",
     "GITHUB_REPOSITORY": "acme/web",
     "GITHUB_RUN_ID": "42",
 }
