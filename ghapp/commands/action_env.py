@@ -13,6 +13,9 @@ exactly as a runner would:
 | ``AUTOLOOP_HOME``, ``AUTOLOOP_DB`` | the home folder and the ledger |
 | ``AUTOLOOP_RULES`` | the rules file in the checkout, copied into the home on every run |
 | ``AUTOLOOP_MODE`` | ``auto`` (default), ``triage`` or ``deliver`` |
+| ``AUTOLOOP_WORKER`` | the worker name turns run under (default ``action``) |
+| ``RUNNER_ENVIRONMENT`` | ``github-hosted``: the home's disk ends with the job |
+| ``RUNNER_DEBUG`` | ``1``: a failure prints its traceback too |
 | ``GITHUB_OUTPUT``, ``GITHUB_STEP_SUMMARY`` | where the outputs and the summary go |
 
 :func:`runner_env` checks it (one line saying what to do, as :class:`ActionError`);
