@@ -9,6 +9,9 @@
   narrowed to some repositories and permissions.
 * Personal tokens (``ghp_...``) are minted by the control API for a named user, so that
   scripted people act as themselves.
+* A workflow's ``GITHUB_TOKEN`` is an installation token of the GitHub Actions app for
+  one repository, with the permissions the workflow asked for (``mint_actions_token``);
+  it acts as ``github-actions[bot]``.
 * An unknown or expired token gets 401 "Bad credentials".
 """
 
@@ -150,6 +153,26 @@ class Auth:
             permissions=granted,
             repo_ids=repo_ids,
             repository_selection=selection,
+        )
+        self.tokens[token.value] = token
+        return token
+
+    def mint_actions_token(
+        self, app: App, repo: Repo, *, permissions: dict[str, str], lifetime: timedelta
+    ) -> Token:
+        """A workflow run's token: the Actions app's, for ``repo`` alone."""
+        for name, level in permissions.items():
+            if level not in {"read", "write"}:
+                raise ApiError(422, f"Invalid permission level {level!r} for {name!r}")
+        token = Token(
+            value="ghs_" + secrets.token_urlsafe(27)[:36],
+            kind="installation",
+            login=app.bot.login,
+            expires_at=self.state.now() + lifetime,
+            app_id=app.id,
+            permissions=dict(permissions),
+            repo_ids=[repo.id],
+            repository_selection="selected",
         )
         self.tokens[token.value] = token
         return token

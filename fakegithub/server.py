@@ -53,6 +53,7 @@ from fakegithub.routes import graphql as routes_graphql
 from fakegithub.routes import issues as routes_issues
 from fakegithub.routes import pulls as routes_pulls
 from fakegithub.routes import repos as routes_repos
+from fakegithub.routes import users as routes_users
 from fakegithub.sandbox import Sandbox
 from fakegithub.state import utc_now
 from fakegithub.world import World
@@ -66,6 +67,7 @@ def create_app(sandbox: Sandbox) -> Any:
         *routes_pulls.ROUTES,
         *routes_checks.ROUTES,
         *routes_repos.ROUTES,
+        *routes_users.ROUTES,
         *routes_graphql.ROUTES,
         *routes_control.ROUTES,
     ]

@@ -31,10 +31,24 @@ from fakegithub.ops import git as ops_git
 from fakegithub.ops import issues as ops_issues
 from fakegithub.ops import pulls as ops_pulls
 from fakegithub.scheduler import Scheduler
+from fakegithub.seed import add_app
 from fakegithub.state import Actor, Event, State
 from fakegithub.webhooks import Delivery, WebhookSender
 
 DEFAULT_REPO = "sandbox/demo"
+ACTIONS_SLUG = "github-actions"
+# What a workflow's GITHUB_TOKEN may do when the workflow says nothing (GitHub's
+# "permissive" default); a workflow's ``permissions:`` narrows it.
+ACTIONS_DEFAULT_PERMISSIONS = {
+    "actions": "write",
+    "checks": "write",
+    "contents": "write",
+    "deployments": "write",
+    "issues": "write",
+    "metadata": "read",
+    "pull_requests": "write",
+    "statuses": "write",
+}
 
 
 @dataclass(slots=True)
@@ -535,6 +549,35 @@ class World:
     def set_app_url(self, url: str | None) -> None:
         """Where the App's webhooks go (None: nowhere)."""
         self.sandbox.app.webhook_url = url or None
+
+    def actions_token(
+        self,
+        repo: str | None = None,
+        permissions: dict[str, str] | None = None,
+        lifetime_s: float = 6 * 3600,
+    ) -> str:
+        """A workflow run's ``GITHUB_TOKEN`` for ``repo``: acts as ``github-actions[bot]``,
+        with ``permissions`` (default: GitHub's permissive default). ``GET /user`` refuses
+        it, as GitHub does."""
+        found = self._repo(repo)
+        granted = dict(ACTIONS_DEFAULT_PERMISSIONS if permissions is None else permissions)
+        with self.state.lock:
+            app = next((a for a in self.state.apps.values() if a.slug == ACTIONS_SLUG), None)
+            if app is None:
+                app = add_app(
+                    self.state,
+                    ACTIONS_SLUG,
+                    "GitHub Actions",
+                    webhook_secret="",
+                    public_pem=self.sandbox.app.public_key_pem,
+                )
+            token = self.sandbox.auth.mint_actions_token(
+                app,
+                found,
+                permissions=granted,
+                lifetime=timedelta(seconds=lifetime_s),
+            )
+        return token.value
 
     def user_token(self, login: str, lifetime_s: float | None = None) -> str:
         """A personal token (``ghp_...``) acting as ``login``."""

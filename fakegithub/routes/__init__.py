@@ -6,6 +6,7 @@
 - ``checks``: check runs, commit statuses, deployments, releases
 - ``repos``: the repository, contents, commits, compare, branch deletion, protection,
   rulesets, collaborators
+- ``users``: ``GET /user``, who a personal token acts as
 - ``graphql``: ``POST /graphql``, only the mutation that marks a draft ready for review
 - ``control``: ``/_sandbox/`` control routes (loopback only); ``OPERATIONS``
 

@@ -3,7 +3,8 @@
 ``POST /_sandbox/<op>`` calls :class:`~fakegithub.world.World`'s method ``<op>`` with
 the JSON body as keyword arguments and answers ``{"result": ...}``; ``GET /_sandbox/``
 lists the operations and their parameters. Also: ``GET|POST|DELETE /_sandbox/faults``,
-``GET /_sandbox/audit``, ``GET /_sandbox/deliveries``, ``GET /_sandbox/events``,
+``GET /_sandbox/audit``, ``GET /_sandbox/deliveries``, ``GET /_sandbox/events`` (and
+``GET /_sandbox/events/{n}``: the payload of one, ``-1`` the newest),
 ``GET /_sandbox/live/{owner}/{repo}``, ``GET /_sandbox/info``.
 """
 
@@ -47,6 +48,7 @@ OPERATIONS = (
     "live",
     "set_app_url",
     "user_token",
+    "actions_token",
     "settle",
 )
 
@@ -169,6 +171,21 @@ async def events(request: Request, sandbox: Sandbox) -> Any:
 
 
 @control
+async def event_payload(request: Request, sandbox: Sandbox) -> Any:
+    """The payload GitHub would send for one event (``-1``: the newest), e.g. to give
+    ``autoloop action`` the event file a runner would."""
+    raw = request.path_params["index"]
+    found = sandbox.world.events
+    try:
+        return found[int(raw)].payload
+    except (ValueError, IndexError):
+        raise SandboxError(
+            f"no event {raw!r}: give a position in GET /_sandbox/events ({len(found)} so far), "
+            "or -1 for the newest"
+        ) from None
+
+
+@control
 async def live(request: Request, sandbox: Sandbox) -> Any:
     name = f"{request.path_params['owner']}/{request.path_params['repo']}"
     found = sandbox.world.live(name)
@@ -190,6 +207,7 @@ ROUTES = [
     Route("/_sandbox/audit", audit, methods=["GET"]),
     Route("/_sandbox/deliveries", deliveries, methods=["GET"]),
     Route("/_sandbox/events", events, methods=["GET"]),
+    Route("/_sandbox/events/{index}", event_payload, methods=["GET"]),
     Route("/_sandbox/live/{owner}/{repo}", live, methods=["GET"]),
     Route("/_sandbox/docs/{topic:path}", docs, methods=["GET"]),
     Route("/_sandbox/{op}", run_op, methods=["POST"]),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import json
 import os
 import sys
@@ -30,6 +31,7 @@ from kernel.records import Card, EventRow, Matter, Queued, Timer, Turn
 
 # name -> "module:function"; each function takes the remaining argv and returns an exit code.
 EXTERNAL: dict[str, str] = {
+    "action": "ghapp.commands.action:main",
     "sandbox": "fakegithub.cli:main",
     "serve": "ghapp.commands.serve:main",
     "demo": "ghapp.commands.demo:main",
@@ -518,11 +520,19 @@ def cmd_try(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------------- parser
 
 
+def _version() -> str:
+    try:
+        return importlib.metadata.version("autoloop")
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout, not installed
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="autoloop",
         description="Run command-line coding agents on events; ask people when it matters.",
     )
+    p.add_argument("--version", action="version", version=f"autoloop {_version()}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     s = sub.add_parser("init", help="create AUTOLOOP_HOME, a starter rules.json and master.key")

@@ -169,7 +169,7 @@ class Home:
 def secret_values(home: Path, rules: Rules, env: Mapping[str, str]) -> list[str]:
     """Values this process must never store or print: marked env vars, hub secrets."""
     values = [env[name] for name in rules.secret_env if env.get(name)]
-    for name in ("AUTOLOOP_GITHUB_WEBHOOK_SECRET",):
+    for name in ("AUTOLOOP_GITHUB_WEBHOOK_SECRET", "GITHUB_TOKEN"):
         if env.get(name):
             values.append(env[name])
     try:

@@ -10,7 +10,8 @@ tree. Answers are returned as plain dicts and lists, read leniently by callers.
 Authentication: repository calls use an installation token (looked up per
 repository, cached, renewed before expiry, see :mod:`ghapp.github.auth`); App calls
 (deliveries, the App itself) use the App's JWT. A plain ``token`` (for example an
-Action's token) may be given instead of an App. A token GitHub refuses (401) is
+Action's ``GITHUB_TOKEN``) may be given instead of an App: every call then uses it, and
+:meth:`GitHubClient.token_login` says who it acts as. A token GitHub refuses (401) is
 dropped and the call is made once more with a new one: a 401 means nothing was
 done, so this is safe for writes too.
 
@@ -56,6 +57,7 @@ from ghapp.github.retry import DEFAULT_POLICY, Policy
 from ghapp.runtime.settings import DEFAULT_GITHUB_URL, GitHubSettings
 
 __all__ = [
+    "ACTIONS_BOT",
     "AmbiguousWrite",
     "Conflict",
     "Forbidden",
@@ -71,6 +73,8 @@ __all__ = [
 ]
 
 API_VERSION = "2022-11-28"
+#: Who a workflow's ``GITHUB_TOKEN`` acts as (an installation token of GitHub Actions).
+ACTIONS_BOT = "github-actions[bot]"
 PER_PAGE = 100
 MAX_PAGES = 50
 REVIEW_EVENTS = frozenset({"APPROVE", "REQUEST_CHANGES", "COMMENT"})
@@ -269,6 +273,11 @@ class GitHubClient:
         if self._jwt is None:
             raise TypeError("this call needs the GitHub App's id and private key")
         return f"Bearer {self._jwt.token()}"
+
+    def _token_auth(self) -> str:
+        if self._token is None:
+            raise TypeError("this call needs a plain token (GitHubClient(token=...))")
+        return f"token {self._token}"
 
     def _installation_for(self, repo: str) -> int:
         if self._fixed_installation is not None:
@@ -743,6 +752,26 @@ class GitHubClient:
                 url=f"{repo}:{path}",
             )
         return base64.b64decode(content).decode("utf-8", errors="replace")
+
+    # ----------------------------------------------------------------------- the token
+
+    def get_authenticated_user(self) -> JSON:
+        """``GET /user`` with the plain token: the user a personal token acts as.
+        GitHub refuses installation tokens here (403, raised as Forbidden)."""
+        return _as_dict(self._call("GET", "/user", self._token_auth()))
+
+    def token_login(self) -> str:
+        """The login the plain token writes as: its user's, or, for an installation token
+        (which ``GET /user`` refuses: a workflow's ``GITHUB_TOKEN``), ``github-actions[bot]``.
+        An App's own installation token is not told apart from GITHUB_TOKEN here: give the
+        App's id and key instead, and :meth:`get_app` names its bot."""
+        try:
+            found = self.get_authenticated_user().get("login")
+        except Forbidden:
+            return ACTIONS_BOT
+        if not isinstance(found, str) or not found:
+            raise GitHubError("GET /user answered without a login", method="GET", url="/user")
+        return found
 
     # ----------------------------------------------------------------------- the App
 

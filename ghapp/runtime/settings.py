@@ -98,6 +98,11 @@ class Settings:
             api_url=self._api_url(),
         )
 
+    def require_app_key(self) -> tuple[int, str]:
+        """The App's checked id and private key (PEM text), without a webhook secret: for
+        a process that only calls GitHub (the Action), never receives its webhooks."""
+        return self._app_id(), self._private_key()
+
     def _app_id(self) -> int:
         raw = (self.github_app_id or "").strip()
         where = self._where("github_app_id")

@@ -338,3 +338,8 @@ def test_schedules_fire_once_per_tick_and_once_after_a_clock_jump(cli: Cli) -> N
         "morning@2026-11-30T12:00:00.000000+00:00",
     ]
     assert len(cli.json("status")["turns"]) == 3
+
+
+def test_version_prints_the_installed_version(cli: Cli) -> None:
+    out = cli.run("--version").stdout.strip()
+    assert out.startswith("autoloop ") and out.split()[1][0].isdigit()

@@ -13,7 +13,7 @@ import pytest
 
 from fakegithub.server import SandboxHandle, running_sandbox
 from ghapp.github import retry
-from ghapp.github.client import AmbiguousWrite, Conflict, GitHubClient
+from ghapp.github.client import AmbiguousWrite, Conflict, GitHubClient, Unauthorized
 from ghapp.github.sansio import parse_webhook_headers, verify_signature
 from ghapp.runtime.settings import Settings
 from kernel.model import Event
@@ -301,3 +301,22 @@ def test_a_pull_request_is_checked_merged_once_and_its_deployment_seen(
     finally:
         world.set_ci(None)
         world.set_deploy(enabled=False)
+
+
+def test_a_plain_token_says_who_it_acts_as(sandbox: SandboxHandle, waits: list[float]) -> None:
+    personal = sandbox.world.user_token("maintainer")
+    with GitHubClient(token=personal, base_url=sandbox.api_url) as gh:
+        assert gh.token_login() == "maintainer"
+    with GitHubClient(token=sandbox.world.actions_token(), base_url=sandbox.api_url) as gh:
+        assert gh.token_login() == "github-actions[bot]"
+        number = sandbox.world.open_issue("reader", "Token mode")
+        made = gh.create_comment(sandbox.repo, number, "from a workflow")
+        assert made["user"]["login"] == gh.token_login()
+
+
+def test_a_token_github_refuses_is_unauthorized(sandbox: SandboxHandle, waits: list[float]) -> None:
+    with (
+        GitHubClient(token="ghs_not-a-token", base_url=sandbox.api_url) as gh,
+        pytest.raises(Unauthorized),
+    ):
+        gh.token_login()

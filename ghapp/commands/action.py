@@ -1,0 +1,365 @@
+"""``autoloop action``: the composite Action's entry (DESIGN.md section 9a).
+
+A workflow job runs it once per event, from the environment a runner gives
+(:mod:`ghapp.commands.action_env` lists it).
+
+One run:
+
+1. the event is translated as the App translates a webhook
+   (:func:`plugins.sources.github.translate`, ``pull_request_target`` read as
+   ``pull_request``) under the delivery id ``action-<run id>-<event name>``, and recorded
+   once: a re-run of the run adds nothing;
+2. an ``issue_comment`` holding ``/answer CARD N`` answers the card when its author may
+   write to the repository (asked of GitHub, :mod:`ghapp.github.answers`);
+3. what is runnable now runs (``hub.drain``): turns, cards as comments on the issue or
+   pull request, write-backs, each once;
+4. the outputs ``turns``, ``cards`` (raised by this run) and ``stage`` (the delivery's, if
+   this run's pull request has one) and a Markdown summary are written.
+
+Nothing waits in the job: a question is a card on the issue and a row in the ledger, the
+job ends, and the event that carries the answer resumes the agent. So the ledger must
+outlive the job: a persistent ``AUTOLOOP_HOME`` (a self-hosted runner) or ``AUTOLOOP_DB``.
+
+Modes: ``triage`` runs the rules' turns; ``deliver`` is the delivery pipeline's, which is
+not wired into the Action yet (such a run records the event and says so); ``auto`` is
+both. A pull request from a fork (or Dependabot's) gets a read-only token: the event is
+recorded, nothing is run or written, and the summary says why.
+
+Exit codes: 0, also when a turn failed (that is recorded and shown); 1 when GitHub or the
+ledger failed; 2 for bad configuration. The reason is one ``::error::`` line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ghapp.commands import action_env
+from ghapp.commands.action_env import (
+    ActionError,
+    RunnerEnv,
+    prepare_home,
+    read_only_reason,
+    read_payload,
+    runner_env,
+)
+from ghapp.commands.action_report import (
+    ActionRun,
+    Answered,
+    Recorded,
+    annotation,
+    write_outputs,
+    write_summary,
+)
+from ghapp.commands.home import Home, configure_logs, reset_logs
+from ghapp.github.answers import AnswerDesk, parse_answer
+from ghapp.github.channel import GitHubCommentChannel
+from ghapp.github.client import GitHubClient
+from ghapp.github.errors import GitHubError, Unauthorized, Unreachable
+from ghapp.github.executor import GitHubExecutor
+from ghapp.runtime.hub import Hub
+from ghapp.runtime.settings import Settings, SettingsError
+from ghapp.store.base import Store, StoreError
+from kernel import inputs as k
+from kernel.errors import ConfigError
+from kernel.model import Event
+from kernel.records import Card, Matter, Pipeline, Turn
+from plugins.sources.github import translate
+
+__all__ = ["ActionError", "RunnerEnv", "main", "run"]
+
+CHANNEL_ADAPTER = "github-comment"
+
+
+@dataclass(slots=True)
+class Identity:
+    """Who this run writes as, so its own doings are not fed back to it."""
+
+    client: GitHubClient
+    bot_login: str
+    app_slug: str | None
+    app_id: int | None
+
+
+def connect(renv: RunnerEnv) -> Identity:
+    """A client with the run's credentials, and who they write as."""
+    if renv.uses_app:
+        try:
+            app_id, key = Settings.from_env(
+                {
+                    "AUTOLOOP_GITHUB_APP_ID": renv.app_id,
+                    "AUTOLOOP_GITHUB_PRIVATE_KEY": renv.private_key,
+                }
+            ).require_app_key()
+        except SettingsError as exc:
+            raise ActionError(f"{exc} (the 'app-id' and 'private-key' inputs)") from None
+        client = GitHubClient(app_id=app_id, private_key=key, base_url=renv.api_url)
+        try:
+            app = client.get_app()
+        except Exception:
+            client.close()
+            raise
+        slug = app.get("slug")
+        if not isinstance(slug, str) or not slug:
+            client.close()
+            raise ActionError(f"GET {renv.api_url}/app answered without a slug", code=1)
+        found_id = app.get("id")
+        return Identity(
+            client, f"{slug}[bot]", slug, found_id if isinstance(found_id, int) else app_id
+        )
+    if not renv.token:
+        raise ActionError(
+            "no GitHub credentials: give the 'github-token' input (GITHUB_TOKEN), or "
+            "'app-id' and 'private-key' (AUTOLOOP_GITHUB_APP_ID, AUTOLOOP_GITHUB_PRIVATE_KEY)"
+        )
+    client = GitHubClient(token=renv.token, base_url=renv.api_url)
+    try:
+        login = client.token_login()
+    except Exception:
+        client.close()
+        raise
+    slug = login.removesuffix("[bot]") if login.endswith("[bot]") else None
+    return Identity(client, login, slug, None)
+
+
+def wire(hub: Hub, who: Identity) -> None:
+    """Cards as comments (the rules' ``github-comment`` channels) and GitHub write-backs."""
+    for name, spec in hub.rules().channels.items():
+        if spec.use == CHANNEL_ADAPTER:
+            hub.channels[name] = GitHubCommentChannel(who.client, who.bot_login)
+    hub.executors["github"] = GitHubExecutor(who.client, who.bot_login)
+
+
+def _versions(store: Store) -> dict[str, int]:
+    with store.read() as tx:
+        return {c.id: c.version for c in tx.query("card") if isinstance(c, Card)}
+
+
+def _stage(hub: Hub, subjects: set[str]) -> str:
+    """The stage of the delivery about one of ``subjects`` (the newest), or ""."""
+    with hub.store.read() as tx:
+        found = [p for p in tx.query("pipeline") if isinstance(p, Pipeline)]
+    mine = [p for p in found if p.subject in subjects]
+    if not mine:
+        return ""
+    newest = max(mine, key=lambda p: (p.updated_at, p.version))
+    return newest.stage
+
+
+# --------------------------------------------------------------------------- one run
+
+
+def run(renv: RunnerEnv, env: Mapping[str, str], say: Callable[[str], None]) -> ActionRun:
+    """One event, start to end (see the module docstring); raises on a failure."""
+    payload = read_payload(renv.event_path)
+    prepare_home(renv)
+    level = "DEBUG" if renv.debug else (env.get("AUTOLOOP_LOG_LEVEL") or "WARNING")
+    home_env = {**env, "AUTOLOOP_HOME": str(renv.home), "AUTOLOOP_LOG_LEVEL": level}
+    ctx = Home.open(env=home_env, home=renv.home)
+    configure_logs(ctx)  # every log record redacted, until this run ends
+    try:
+        return _run(renv, ctx, payload, say)
+    finally:
+        reset_logs()
+
+
+def _run(
+    renv: RunnerEnv, ctx: Home, payload: dict[str, Any], say: Callable[[str], None]
+) -> ActionRun:
+    report = ActionRun(
+        event_name=renv.event_name,
+        repository=renv.repository,
+        mode=renv.mode,
+        attempt=renv.run_attempt,
+        delivery=renv.delivery,
+        run_url=renv.run_url,
+        server_url=renv.server_url,
+    )
+    read_only = read_only_reason(renv, payload)
+    if renv.mode in ("auto", "deliver") and not renv.uses_app and not read_only:
+        report.warnings.append(
+            "a merge made with GITHUB_TOKEN does not start 'push' workflows, so a deploy on "
+            "push would never run: give 'app-id' and 'private-key' for the delivery pipeline "
+            "(or set mode: triage)"
+        )
+    if renv.mode == "deliver":
+        report.warnings.append(
+            "mode 'deliver': the delivery pipeline is not wired into the Action yet; this run "
+            "recorded the event and ran nothing"
+        )
+    if read_only:
+        report.warnings.append(f"nothing was run or written: {read_only}")
+    with contextlib.ExitStack() as stack:
+        who: Identity | None = None
+        if not read_only:
+            who = connect(renv)
+            stack.callback(who.client.close)
+        before = _versions(ctx.store)
+        hub = ctx.hub(on_turn=lambda phase, turn: _say_turn(say, phase, turn))
+        if who is not None:
+            wire(hub, who)
+        name = "pull_request" if renv.event_name == "pull_request_target" else renv.event_name
+        events = translate(
+            name,
+            renv.delivery,
+            payload,
+            app_slug=who.app_slug if who else None,
+            app_id=who.app_id if who else None,
+        )
+        report.events = ingest(hub, renv, events, payload, say)
+        if who is not None and renv.mode != "deliver":
+            report.answers = answer(hub, who, report.events, say)
+            drained = hub.drain(worker=renv.worker)
+            with hub.store.read() as tx:
+                report.turns = [
+                    t for t in (tx.get("turn", tid) for tid in drained.turns) if isinstance(t, Turn)
+                ]
+        report.cards = _changed_cards(hub, before)
+        report.new_cards = [c for c in report.cards if c.id not in before]
+        report.subjects = _subjects(hub, report)
+        asks = [c.id for c in report.new_cards if c.kind_ == "ask"]
+        if asks and not renv.ledger_outlives_job:
+            report.warnings.append(
+                f"card(s) {', '.join(asks)} cannot be answered: the ledger is in {renv.home} on "
+                "a GitHub-hosted runner, and that disk is gone when the job ends. Give "
+                "'database-url' (PostgreSQL), or run on a self-hosted runner with a "
+                "persistent 'home'"
+            )
+        report.stage = _stage(hub, {r.event.subject for r in report.events})
+    return report
+
+
+def ingest(
+    hub: Hub,
+    renv: RunnerEnv,
+    events: list[Event],
+    payload: Mapping[str, Any],
+    say: Callable[[str], None],
+) -> list[Recorded]:
+    """Record the run's events (once per run, whatever the attempt)."""
+    out: list[Recorded] = []
+    if not events:
+        action = payload.get("action")
+        etype = f"{renv.event_name}.{action}" if isinstance(action, str) else renv.event_name
+        own = Event(source="github", id=renv.delivery, type=etype, subject="github")
+        hub.ledger.decide(k.Ingest(event=own, ignore="caused by this app"))
+        say(f"event {etype}: caused by this run's own identity, recorded and not dispatched")
+        return out
+    for event in events:
+        code = hub.emit(event).reply.code
+        out.append(Recorded(event, code))
+        what = "recorded" if code == "recorded" else "already recorded (an earlier attempt)"
+        say(f"event {event.type} {event.subject}: {what} as {event.id}")
+    return out
+
+
+def answer(
+    hub: Hub, who: Identity, recorded: list[Recorded], say: Callable[[str], None]
+) -> list[Answered]:
+    """``/answer CARD N`` comments of this run, each handled once."""
+    desk = AnswerDesk(hub, who.client, who.bot_login)
+    out: list[Answered] = []
+    for item in recorded:
+        request = parse_answer(item.event)
+        if request is None:
+            continue
+        outcome = desk.handle_event(item.event, sweeping=item.code != "recorded")
+        out.append(Answered(request.card, request.choice, request.login, outcome))
+        say(f"/answer {request.card} {request.choice} by {request.login}: {outcome}")
+    return out
+
+
+def _changed_cards(hub: Hub, before: Mapping[str, int]) -> list[Card]:
+    with hub.store.read() as tx:
+        cards = [c for c in tx.query("card") if isinstance(c, Card)]
+    changed = [c for c in cards if before.get(c.id, 0) < c.version]
+    return sorted(changed, key=lambda c: int(c.id.lstrip("c") or 0))
+
+
+def _subjects(hub: Hub, report: ActionRun) -> dict[str, str]:
+    wanted = {t.matter for t in report.turns} | {c.matter for c in report.cards}
+    out: dict[str, str] = {}
+    with hub.store.read() as tx:
+        for matter_id in sorted(wanted):
+            found = tx.get("matter", matter_id)
+            if isinstance(found, Matter):
+                out[matter_id] = found.subject
+    return out
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())[:200]
+
+
+def _say_turn(say: Callable[[str], None], phase: str, turn: Turn) -> None:
+    if phase == "start":
+        resume = f", resuming {turn.resume}" if turn.resume else ""
+        say(f"turn {turn.id} (rule {turn.rule}) starts: {len(turn.events)} event(s){resume}")
+    else:
+        error = f": {_one_line(turn.error)}" if turn.error else ""
+        say(f"turn {turn.id} {turn.state}: {turn.outcome}{error}")
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def _reason(exc: BaseException) -> tuple[int, str]:
+    """Exit code and one line for what stopped the run."""
+    if isinstance(exc, ActionError):
+        return exc.code, str(exc)
+    if isinstance(exc, ConfigError | SettingsError | StoreError):
+        return 2, str(exc)
+    if isinstance(exc, Unauthorized):
+        return 1, (
+            f"GitHub refused the credentials ({exc.status} {exc.message}): check "
+            "'github-token', or 'app-id' and 'private-key'"
+        )
+    if isinstance(exc, Unreachable):
+        return 1, f"GitHub did not answer ({exc}): check GITHUB_API_URL and the network"
+    if isinstance(exc, GitHubError):
+        return 1, f"GitHub: {exc}"
+    return 1, f"failed: {type(exc).__name__}: {exc}"
+
+
+def _say(text: str) -> None:
+    # Every line starts with our name, so nothing read from outside can start a workflow
+    # command ("::...") in the job's log.
+    print(f"autoloop: {_one_line(text)}", flush=True)
+
+
+def main(argv: list[str]) -> int:
+    if argv and argv[0] in ("-h", "--help"):
+        print(__doc__)
+        print(action_env.__doc__)
+        return 0
+    if argv:
+        print(annotation("error", f"autoloop action takes no arguments, not {argv[0]!r}"))
+        return 2
+    env = dict(os.environ)
+    try:
+        renv = runner_env(env)
+    except ActionError as exc:
+        print(annotation("error", str(exc)), flush=True)
+        return exc.code
+    try:
+        report = run(renv, env, _say)
+    except Exception as exc:
+        code, reason = _reason(exc)
+        if renv.debug:
+            traceback.print_exc(file=sys.stderr)
+        print(annotation("error", f"autoloop action: {reason}"), flush=True)
+        return code
+    for warning in report.warnings:
+        print(annotation("warning", warning), flush=True)
+    for turn in report.turns:
+        if turn.state == "failed":
+            print(annotation("warning", f"turn {turn.id} failed: {turn.outcome}"), flush=True)
+    write_outputs(renv.output, report)
+    write_summary(renv.summary, report)
+    _say(f"done: {len(report.turns)} turn(s), {len(report.new_cards)} card(s) raised")
+    return 0

@@ -1,0 +1,204 @@
+"""What one ``autoloop action`` run tells the workflow: outputs, a summary, annotations.
+
+- outputs (``GITHUB_OUTPUT``): ``turns`` (turns run), ``cards`` (cards raised) and ``stage``
+  (the delivery stage of the run's pull request, empty when it has none);
+- the job summary (``GITHUB_STEP_SUMMARY``): a Markdown table of the event, the turns, the
+  cards with links to their comments, and the delivery stage; text that others wrote
+  (card titles come from agents, which read issues) is escaped, so it stays text;
+- annotations: ``::error::`` and ``::warning::`` lines, escaped as the runner reads them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kernel.model import Event
+from kernel.records import Card, Turn
+
+__all__ = [
+    "ActionRun",
+    "Answered",
+    "Recorded",
+    "annotation",
+    "outputs",
+    "summary",
+    "write_outputs",
+    "write_summary",
+]
+
+_SUBJECT = re.compile(r"^([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)#([0-9]+)$")
+_STAGE = re.compile(r"[^A-Za-z0-9_.:-]")
+_MARKDOWN = re.compile(r"([\\`*_\[\]|])")
+_CODE = re.compile(r"[^A-Za-z0-9_.:/#@-]")
+CELL_MAX = 120
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    event: Event
+    code: str  # "recorded" or "duplicate"
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    card: str
+    choice: int
+    by: str
+    outcome: str  # answered, replied (refused, with a reply comment), handled, ignored
+
+
+@dataclass(slots=True, kw_only=True)
+class ActionRun:
+    """What one run did, for the outputs and the summary."""
+
+    event_name: str
+    repository: str
+    mode: str
+    attempt: int
+    delivery: str
+    run_url: str
+    server_url: str
+    events: list[Recorded] = field(default_factory=list)
+    answers: list[Answered] = field(default_factory=list)
+    turns: list[Turn] = field(default_factory=list)
+    cards: list[Card] = field(default_factory=list)  # raised or changed by this run
+    new_cards: list[Card] = field(default_factory=list)  # raised by this run
+    subjects: dict[str, str] = field(default_factory=dict)  # matter id -> subject
+    stage: str = ""
+    warnings: list[str] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- annotations
+
+
+def annotation(kind: str, message: str) -> str:
+    """A workflow command line (``error``, ``warning``, ``notice``), escaped."""
+    text = message.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return f"::{kind}::{text}"
+
+
+# --------------------------------------------------------------------------- outputs
+
+
+def outputs(report: ActionRun) -> dict[str, str]:
+    return {
+        "turns": str(len(report.turns)),
+        "cards": str(len(report.new_cards)),
+        "stage": _STAGE.sub("", report.stage),
+    }
+
+
+def write_outputs(path: Path | None, report: ActionRun) -> None:
+    if path is None:
+        return
+    with path.open("a", encoding="utf-8") as out:
+        for name, value in outputs(report).items():
+            out.write(f"{name}={value}\n")
+
+
+# --------------------------------------------------------------------------- the summary
+
+
+def cell(text: str) -> str:
+    """Text written by others as one table cell: one line, no markup, no HTML."""
+    flat = " ".join(str(text).split())
+    if len(flat) > CELL_MAX:
+        flat = flat[: CELL_MAX - 1] + "…"
+    flat = flat.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _MARKDOWN.sub(r"\\\1", flat)
+
+
+def code(text: str) -> str:
+    """A name (an event type, a card id) as a code span: only the characters names have."""
+    return f"`{_CODE.sub('', str(text))[:CELL_MAX]}`"
+
+
+def subject_link(server_url: str, subject: str, anchor: str = "") -> str:
+    """``owner/repo#N`` as a link to the issue or pull request (GitHub redirects
+    ``/issues/N`` to ``/pull/N``); other subjects as text."""
+    found = _SUBJECT.match(subject)
+    if found is None:
+        return cell(subject) or "-"
+    url = f"{server_url}/{found.group(1)}/issues/{found.group(2)}{anchor}"
+    return f"[{cell(subject)}]({url})"
+
+
+def _card_state(card: Card) -> str:
+    if card.kind_ == "ask" and card.state == "open":
+        return f"waiting for `/answer {_CODE.sub('', card.id)} N`"
+    if card.choice is not None and 1 <= card.choice <= len(card.options):
+        by = f" by {cell(card.answered_by)}" if card.answered_by else ""
+        return f"{card.state}: {cell(card.options[card.choice - 1])}{by}"
+    return card.state
+
+
+def _comment_link(server_url: str, card: Card, subject: str) -> str:
+    for sent in card.delivered.values():
+        ref = str((sent or {}).get("ref", "")) if isinstance(sent, Mapping) else ""
+        if ref.isdigit():
+            return subject_link(server_url, subject, f"#issuecomment-{ref}")
+    return subject_link(server_url, subject)
+
+
+def summary(report: ActionRun) -> str:
+    server = report.server_url
+    subjects = sorted({r.event.subject for r in report.events})
+    about = ", ".join(subject_link(server, s) for s in subjects) or cell(report.repository)
+    types = sorted({r.event.type for r in report.events}) or [report.event_name]
+    lines = [
+        f"### Autoloop: {', '.join(code(t) for t in types)} on {about}",
+        "",
+        "| mode | turns run | cards raised | delivery stage | run |",
+        "|---|---|---|---|---|",
+        f"| {report.mode} | {len(report.turns)} | {len(report.new_cards)} | "
+        f"{cell(report.stage) or '-'} | [attempt {report.attempt}]({report.run_url}) |",
+        "",
+    ]
+    if report.events:
+        lines += ["| event | subject | recorded |", "|---|---|---|"]
+        for r in report.events:
+            how = "now" if r.code == "recorded" else "by an earlier attempt (the same event)"
+            lines.append(
+                f"| {code(r.event.type)} | {subject_link(server, r.event.subject)} | {how} |"
+            )
+        lines.append("")
+    if report.answers:
+        lines += ["| answer | by | outcome |", "|---|---|---|"]
+        for a in report.answers:
+            outcome = {
+                "answered": "taken",
+                "replied": "refused (the reply comment says why)",
+                "handled": "taken before",
+            }.get(a.outcome, a.outcome)
+            lines.append(
+                f"| `/answer {_CODE.sub('', a.card)} {a.choice}` | {cell(a.by)} | {outcome} |"
+            )
+        lines.append("")
+    if report.turns:
+        lines += ["| turn | rule | about | outcome |", "|---|---|---|---|"]
+        for t in report.turns:
+            about_turn = subject_link(server, report.subjects.get(t.matter, ""))
+            outcome = cell(t.outcome or t.state)
+            if t.error:
+                outcome += f": {cell(t.error)}"
+            lines.append(f"| {t.id} | {cell(t.rule)} | {about_turn} | {outcome} |")
+        lines.append("")
+    if report.cards:
+        lines += ["| card | title | state | where |", "|---|---|---|---|"]
+        for c in report.cards:
+            where = _comment_link(server, c, report.subjects.get(c.matter, ""))
+            lines.append(f"| {c.id} | {cell(c.title)} | {_card_state(c)} | {where} |")
+        lines.append("")
+    for warning in report.warnings:
+        lines += [f"> **Note:** {cell(warning)}", ""]
+    return "\n".join(lines) + "\n"
+
+
+def write_summary(path: Path | None, report: ActionRun) -> None:
+    if path is None:
+        return
+    with path.open("a", encoding="utf-8") as out:
+        out.write(summary(report))

@@ -1,0 +1,271 @@
+"""``autoloop action`` run as a runner runs it: a subprocess with the environment a
+workflow step gets (event name and payload file, run id and attempt, output and summary
+files, ``GITHUB_TOKEN``, ``GITHUB_API_URL``), against the fake GitHub on loopback
+(:mod:`tests.action_runner`). The token is one the fake issues as GitHub Actions would
+(``actions_token``): it writes as ``github-actions[bot]``. The agent is the built-in demo
+agent (a real subprocess).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.action_runner import (
+    AUTOLOOP,
+    BOT,
+    RULES,
+    WEBHOOKS,
+    Runner,
+    annotations,
+    open_and_triage,
+    sandbox_runner,
+)
+from tests.paths import ROOT
+
+
+@pytest.fixture
+def runner(tmp_path: Path) -> Iterator[Runner]:
+    with sandbox_runner(tmp_path) as made:
+        yield made
+
+
+# --------------------------------------------------------------------------- the loop
+
+
+def test_an_issue_is_asked_about_then_resumed_by_a_maintainers_answer(runner: Runner) -> None:
+    r = runner
+    number, first = open_and_triage(r)
+    assert first.code == 0, first.stdout + first.stderr
+    assert first.outputs == {"turns": "1", "cards": "1", "stage": ""}
+    (card,) = r.card_comments(number)
+    assert card["user"]["login"] == BOT
+    assert "How should this issue be triaged?" in card["body"]
+    assert "`/answer c1 N`" in card["body"]
+    assert (
+        "| c1 | How should this issue be triaged? | waiting for `/answer c1 N` |" in first.summary
+    )
+    assert f"/sandbox/demo/issues/{number}#issuecomment-{card['id']})" in first.summary
+    assert "[attempt 1](" in first.summary and "/actions/runs/1001)" in first.summary
+    assert not annotations(first.stdout, "error") and "Traceback" not in first.stderr
+
+    # The job has ended; the wait is a row in the ledger. A maintainer answers on GitHub,
+    # and that comment is the next run's event.
+    comment = r.gh.world.comment("maintainer", number, "Sounds right.\n/answer c1 1\nthanks")
+    second = r.run("issue_comment", r.comment_created(number, comment), run_id=1002)
+    assert second.code == 0, second.stdout + second.stderr
+    assert second.outputs == {"turns": "1", "cards": "0", "stage": ""}
+    assert "bug" in r.labels(number)
+    said = [c for c in r.comments(number) if "Triaged as bug" in c["body"]]
+    assert len(said) == 1 and said[0]["user"]["login"] == BOT
+    (card,) = r.card_comments(number)
+    assert "Answered: **bug** by @maintainer" in card["body"]
+    assert "This card is done" in card["body"]
+    assert "| `/answer c1 1` | maintainer | taken |" in second.summary
+    assert "| c1 | How should this issue be triaged? | done: bug by maintainer |" in second.summary
+    assert "| t2 | triage |" in second.summary
+
+    # Each write once: one card comment (then edited), one reply, one label.
+    path = f"/repos/{r.gh.repo}/issues/{number}"
+    writes = [(e.method, e.path) for e in r.writes()]
+    assert writes.count(("POST", path + "/comments")) == 2
+    assert writes.count(("POST", path + "/labels")) == 1
+
+
+def test_a_re_run_of_the_same_run_is_the_same_event(runner: Runner) -> None:
+    r = runner
+    number, first = open_and_triage(r, run_id=2001)
+    assert first.outputs["cards"] == "1"
+    before = len(r.writes())
+    again = r.run("issues", r.issue_opened(number), run_id=2001, attempt=2)
+    assert again.code == 0, again.stdout + again.stderr
+    assert again.outputs == {"turns": "0", "cards": "0", "stage": ""}
+    assert "already recorded (an earlier attempt) as action-2001-issues" in again.stdout
+    assert "by an earlier attempt (the same event)" in again.summary
+    assert "[attempt 2](" in again.summary
+    assert len(r.card_comments(number)) == 1
+    assert len(r.writes()) == before
+
+    # The answer's run, re-run too: the answer is taken once, the agent resumes once.
+    comment = r.gh.world.comment("maintainer", number, "/answer c1 2")
+    payload = r.comment_created(number, comment)
+    assert r.run("issue_comment", payload, run_id=2002).outputs["turns"] == "1"
+    writes = len(r.writes())
+    rerun = r.run("issue_comment", payload, run_id=2002, attempt=2)
+    assert rerun.code == 0, rerun.stdout + rerun.stderr
+    assert rerun.outputs["turns"] == "0"
+    assert "| `/answer c1 2` | maintainer | taken before |" in rerun.summary
+    assert len(r.writes()) == writes
+    assert "feature" in r.labels(number)
+
+
+def test_a_read_only_users_answer_is_refused(runner: Runner) -> None:
+    r = runner
+    number, _ = open_and_triage(r, run_id=3001)
+    comment = r.gh.world.comment("reader", number, "/answer c1 1")
+    refused = r.run("issue_comment", r.comment_created(number, comment), run_id=3002)
+    assert refused.code == 0, refused.stdout + refused.stderr
+    assert refused.outputs == {"turns": "0", "cards": "0", "stage": ""}
+    assert "| `/answer c1 1` | reader | refused (the reply comment says why) |" in refused.summary
+    replies = [c for c in r.comments(number) if "was not taken" in c["body"]]
+    assert len(replies) == 1 and replies[0]["user"]["login"] == BOT
+    assert "only people with write access to sandbox/demo can answer cards" in replies[0]["body"]
+    assert "bug" not in r.labels(number)
+    (card,) = r.card_comments(number)
+    assert "`/answer c1 N`" in card["body"]  # still waiting
+
+
+def test_the_readmes_example_rules_triage_an_issue(runner: Runner) -> None:
+    r = runner
+    number = r.gh.world.open_issue("reader", "Example rules")
+    example = str(ROOT / "examples" / "rules.json")
+    ran = r.run("issues", r.issue_opened(number), run_id=4101, AUTOLOOP_RULES=example)
+    assert ran.code == 0, ran.stdout + ran.stderr
+    assert ran.outputs == {"turns": "1", "cards": "1", "stage": ""}
+    assert len(r.card_comments(number)) == 1
+
+
+def test_the_runs_own_comment_is_not_fed_back(runner: Runner) -> None:
+    r = runner
+    number, _ = open_and_triage(r, run_id=4001)
+    (card,) = r.card_comments(number)
+    own = r.run("issue_comment", r.comment_created(number, card["id"]), run_id=4002)
+    assert own.code == 0, own.stdout + own.stderr
+    assert "caused by this run's own identity" in own.stdout
+    assert own.outputs["turns"] == "0"
+
+
+def test_a_scheduled_run_records_its_tick_and_retries_what_github_refused(runner: Runner) -> None:
+    r = runner
+    number = r.gh.world.open_issue("reader", "Flaky GitHub")
+    r.gh.world.faults.add("error_502", method="POST", path="*/comments", times=None)
+    first = r.run("issues", r.issue_opened(number), run_id=4301)
+    assert first.code == 0, first.stdout + first.stderr
+    assert not r.card_comments(number)  # GitHub refused; the card waits to be shown
+    r.gh.world.faults.clear()
+    schedule = {"schedule": "*/15 * * * *", "workflow": ".github/workflows/clock.yml"}
+    tick = r.run("schedule", {**schedule, "repository": r.repository()}, run_id=4302)
+    assert tick.code == 0, tick.stdout + tick.stderr
+    assert "event schedule sandbox/demo: recorded as action-4302-schedule" in tick.stdout
+    assert len(r.card_comments(number)) == 1  # shown now, by the clock's run
+
+
+def test_with_an_app_it_writes_as_the_app_and_needs_no_warning(runner: Runner) -> None:
+    r = runner
+    number = r.gh.world.open_issue("reader", "App mode")
+    ran = r.run(
+        "issues",
+        r.issue_opened(number),
+        run_id=4201,
+        GITHUB_TOKEN="",
+        AUTOLOOP_GITHUB_APP_ID=str(r.gh.app_id),
+        AUTOLOOP_GITHUB_PRIVATE_KEY=r.gh.private_key_pem,
+        AUTOLOOP_MODE="auto",
+    )
+    assert ran.code == 0, ran.stdout + ran.stderr
+    assert not annotations(ran.stdout, "warning")
+    (card,) = r.card_comments(number)
+    assert card["user"]["login"] == "autoloop-sandbox[bot]"
+    assert ran.outputs["cards"] == "1"
+
+
+# --------------------------------------------------------------------------- token facts
+
+
+def test_a_pull_request_from_a_fork_is_recorded_and_nothing_is_written(runner: Runner) -> None:
+    r = runner
+    payload: dict[str, Any] = json.loads((WEBHOOKS / "pull_request" / "opened.json").read_text())
+    payload["repository"] = r.repository()
+    payload["pull_request"]["base"]["repo"] = r.repository()
+    payload["pull_request"]["head"]["repo"]["full_name"] = "contributor/demo"
+    before = len(r.gh.world.audit.entries())
+    read_only = r.gh.world.actions_token(permissions={"contents": "read", "metadata": "read"})
+    ran = r.run("pull_request", payload, run_id=5001, GITHUB_TOKEN=read_only)
+    assert ran.code == 0, ran.stdout + ran.stderr
+    (warning,) = annotations(ran.stdout, "warning")
+    assert "a pull request from a fork gets a read-only token" in warning
+    assert "pull_request_target" in warning
+    assert "read-only token" in ran.summary
+    assert "recorded as action-5001-pull_request" in ran.stdout
+    assert ran.outputs == {"turns": "0", "cards": "0", "stage": ""}
+    assert len(r.gh.world.audit.entries()) == before
+
+
+def test_deliver_with_only_github_token_warns_that_pushes_will_not_start(runner: Runner) -> None:
+    r = runner
+    number = r.gh.world.open_issue("reader", "Deliver me")
+    ran = r.run("issues", r.issue_opened(number), run_id=6001, AUTOLOOP_MODE="deliver")
+    assert ran.code == 0, ran.stdout + ran.stderr
+    warnings = annotations(ran.stdout, "warning")
+    assert any("GITHUB_TOKEN does not start 'push' workflows" in w for w in warnings)
+    assert any("not wired into the Action yet" in w for w in warnings)
+    assert ran.outputs["turns"] == "0"
+    assert not r.card_comments(number)
+
+
+def test_a_question_on_a_hosted_runner_without_a_database_is_flagged(runner: Runner) -> None:
+    r = runner
+    number = r.gh.world.open_issue("reader", "Hosted")
+    ran = r.run("issues", r.issue_opened(number), run_id=6002, RUNNER_ENVIRONMENT="github-hosted")
+    assert ran.code == 0, ran.stdout + ran.stderr
+    (warning,) = annotations(ran.stdout, "warning")
+    assert "card(s) c1 cannot be answered" in warning and "'database-url'" in warning
+    assert ran.outputs["cards"] == "1"
+
+
+# --------------------------------------------------------------------------- failures
+
+
+def test_missing_credentials_is_one_error_line(runner: Runner) -> None:
+    r = runner
+    number = r.gh.world.open_issue("reader", "No token")
+    ran = r.run("issues", r.issue_opened(number), run_id=7001, GITHUB_TOKEN="")
+    assert ran.code == 2
+    (error,) = annotations(ran.stdout, "error")
+    assert "give the 'github-token' input" in error
+    assert "Traceback" not in ran.stdout + ran.stderr
+
+
+def test_a_token_github_refuses_fails_the_job_with_one_line(runner: Runner) -> None:
+    r = runner
+    number = r.gh.world.open_issue("reader", "Bad token")
+    ran = r.run("issues", r.issue_opened(number), run_id=7002, GITHUB_TOKEN="ghs_revoked")
+    assert ran.code == 1
+    (error,) = annotations(ran.stdout, "error")
+    assert "GitHub refused the credentials (401 Bad credentials)" in error
+    assert "Traceback" not in ran.stdout + ran.stderr
+
+
+def test_a_broken_rules_file_is_named_in_the_error(runner: Runner) -> None:
+    r = runner
+    rules = r.workspace / ".github" / "autoloop" / "rules.json"
+    rules.write_text(
+        json.dumps(
+            {**RULES, "rules": [{"name": "x", "on": {"source": "github"}, "agent": "nobody"}]}
+        )
+    )
+    number = r.gh.world.open_issue("reader", "Bad rules")
+    ran = r.run("issues", r.issue_opened(number), run_id=7003)
+    assert ran.code == 2
+    (error,) = annotations(ran.stdout, "error")
+    assert ".github/autoloop/rules.json" in error
+    assert "nobody" in error
+
+
+def test_outside_a_runner_it_says_what_is_missing(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [str(AUTOLOOP), "action"],
+        env={"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stdout.startswith("::error::GITHUB_EVENT_NAME is not set")

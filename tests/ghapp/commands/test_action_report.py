@@ -1,0 +1,104 @@
+"""What a run tells the workflow: outputs, annotations and a summary that keeps text
+written by others as text."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ghapp.commands.action_report import (
+    ActionRun,
+    Recorded,
+    annotation,
+    cell,
+    code,
+    subject_link,
+    summary,
+    write_outputs,
+)
+from kernel.model import Event
+from kernel.records import Card
+
+SERVER = "https://github.example"
+
+
+def report(**kw: object) -> ActionRun:
+    base = ActionRun(
+        event_name="issues",
+        repository="acme/web",
+        mode="triage",
+        attempt=1,
+        delivery="action-7-issues",
+        run_url=f"{SERVER}/acme/web/actions/runs/7",
+        server_url=SERVER,
+    )
+    for name, value in kw.items():
+        setattr(base, name, value)
+    return base
+
+
+def test_an_annotation_is_one_line_whatever_the_message() -> None:
+    assert annotation("error", "50% done\nthen\r::warning::x") == (
+        "::error::50%25 done%0Athen%0D::warning::x"
+    )
+
+
+def test_a_cell_keeps_others_text_as_text() -> None:
+    assert cell("a | b\n<script>alert(1)</script> [x](http://evil) `code` *bold*") == (
+        r"a \| b &lt;script&gt;alert(1)&lt;/script&gt; \[x\](http://evil) \`code\` \*bold\*"
+    )
+    assert len(cell("x" * 500)) == 120
+
+
+def test_subjects_link_to_the_issue_others_stay_text() -> None:
+    assert subject_link(SERVER, "acme/web#4", "#issuecomment-9") == (
+        f"[acme/web#4]({SERVER}/acme/web/issues/4#issuecomment-9)"
+    )
+    assert subject_link(SERVER, "acme/web") == "acme/web"
+    assert subject_link(SERVER, "") == "-"
+
+
+def test_outputs_are_counts_and_a_clean_stage(tmp_path: Path) -> None:
+    card = Card(id="c1", key="k", matter="m1", kind_="ask", options=("a", "b"))
+    out = tmp_path / "output"
+    out.write_text("earlier=1\n")
+    write_outputs(out, report(new_cards=[card], cards=[card], stage="checks\nevil=1"))
+    assert out.read_text() == "earlier=1\nturns=0\ncards=1\nstage=checksevil1\n"
+
+
+def test_the_summary_tables_the_event_and_the_cards_with_links() -> None:
+    event = Event(source="github", id="action-7-issues", type="issues.opened", subject="acme/web#4")
+    card = Card(
+        id="c1",
+        key="k",
+        matter="m1",
+        kind_="ask",
+        title="Ship | now?",
+        options=("yes", "no"),
+        delivered={"gh": {"version": 1, "ref": "99"}},
+    )
+    text = summary(
+        report(
+            events=[Recorded(event, "recorded")],
+            cards=[card],
+            new_cards=[card],
+            subjects={"m1": "acme/web#4"},
+            warnings=["careful"],
+        )
+    )
+    assert text.startswith(
+        f"### Autoloop: `issues.opened` on [acme/web#4]({SERVER}/acme/web/issues/4)"
+    )
+    assert (
+        "| triage | 0 | 1 | - | [attempt 1](https://github.example/acme/web/actions/runs/7) |"
+        in text
+    )
+    assert (
+        r"| c1 | Ship \| now? | waiting for `/answer c1 N` | "
+        f"[acme/web#4]({SERVER}/acme/web/issues/4#issuecomment-99) |"
+    ) in text
+    assert "> **Note:** careful" in text
+
+
+def test_names_in_code_spans_keep_only_the_characters_names_have() -> None:
+    assert code("issue_comment.created") == "`issue_comment.created`"
+    assert code("x`y|z <b>") == "`xyzb`"
