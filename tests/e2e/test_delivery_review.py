@@ -140,3 +140,28 @@ def test_the_agent_prompt_holds_none_of_the_pr_text(tmp_path: Path) -> None:
 def _reviewed_head(live: Any, gh: SandboxHandle, number: int, head: str) -> bool:
     rec = record(live, gh, number)
     return rec is not None and rec.stage == "reviewed" and rec.data["head_sha"] == head
+
+
+def test_a_failing_review_agent_raises_the_pipelines_card(tmp_path: Path) -> None:
+    script = tmp_path / "broken.py"
+    script.write_text("import sys\nprint('no review here')\nsys.exit(3)\n")
+    agents: dict[str, Any] = {
+        "demo": {"use": "demo"},
+        "broken": {"use": "command", "command": [sys.executable, str(script)]},
+    }
+    with sandbox() as gh:
+        home = tmp_path / "home"
+        with live_server(
+            home, rules(agents=agents), env=settings_env(gh), connect_github=True
+        ) as live:
+            gh.world.set_app_url(live.url + "/github/webhook")
+            prepare(gh, review="agent:broken")
+            number, _ = open_pr(gh, {"feature.py": CODE})
+            gh.world.add_label("maintainer", number, "deliver")
+            wait_for("blocked", lambda: stage_is(live, gh, number, "blocked"), MERGE_TIMEOUT)
+            rec = record(live, gh, number)
+            assert "review" in rec.data["card"]["key"], rec.data["card"]
+            assert "exited with code 3" in rec.data["findings"]["error"]
+            assert bot_reviews(gh, number) == []
+            assert own(gh, "PUT", "/merge") == 0
+            gh.world.set_app_url(None)
