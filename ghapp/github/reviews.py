@@ -67,6 +67,7 @@ log = logging.getLogger("autoloop.github.reviews")
 
 REVIEW_TIMEOUT_S = 600.0  # the agent's own timeout (the pipeline waits longer)
 WORKERS = 2  # reviews run side by side
+DONE_KEPT = 1000
 MAX_BODY = 60_000  # characters of a review body kept (GitHub takes 65536)
 _EVENTS = ("COMMENT", "REQUEST_CHANGES")
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -140,12 +141,15 @@ class Reviews:
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="review")
         self._lock = threading.Lock()
         self._running: set[str] = set()  # request keys being reviewed in this process
+        # request keys whose findings this process recorded (the newest DONE_KEPT): a
+        # decision made on a record read just before they landed must not start it again
+        self._done: dict[str, None] = {}
         self._closed = False
 
     def ensure(self, job: ReviewJob) -> bool:
         """Start ``job`` unless it already runs here; True when it was started."""
         with self._lock:
-            if self._closed or job.request in self._running:
+            if self._closed or job.request in self._running or job.request in self._done:
                 return False
             self._running.add(job.request)
         log.info("review %s: agent %s on %s", job.pipeline, job.agent, job.head_sha[:12])
@@ -170,7 +174,11 @@ class Reviews:
             except Exception as exc:  # GitHub or the disk failed: findings that say so
                 log.warning("review %s: %s: %s", job.pipeline, type(exc).__name__, exc)
                 findings = self._failed(job, f"{type(exc).__name__}: {exc}")
-            self._record(job, findings)
+            if self._record(job, findings):
+                with self._lock:
+                    self._done[job.request] = None
+                    while len(self._done) > DONE_KEPT:
+                        del self._done[next(iter(self._done))]
         except Exception as exc:  # the ledger failed: the next decision asks again
             log.warning("review %s: not recorded: %s: %s", job.pipeline, type(exc).__name__, exc)
         finally:
@@ -263,17 +271,18 @@ class Reviews:
             request=job.request, head_sha=job.head_sha, event=None, error=self.hub.redact(error)
         )
 
-    def _record(self, job: ReviewJob, findings: ReviewFindings) -> None:
+    def _record(self, job: ReviewJob, findings: ReviewFindings) -> bool:
         """Keep ``findings`` in the pipeline's data and make it due now, if it still waits
-        for this request (a new push asked for another one meanwhile: dropped)."""
+        for this request (a new push asked for another one meanwhile: dropped). True when
+        they were recorded or are no longer wanted."""
         for _ in range(5):
             with self.hub.store.read() as tx:
                 rec = tx.get("pipeline", job.pipeline)
             if not isinstance(rec, Pipeline) or rec.ended:
-                return
+                return True
             if waiting_for(rec.data) != job.request:
                 log.info("review %s: %s is no longer asked for", job.pipeline, job.request)
-                return
+                return True
             data = dict(rec.data)
             data["findings"] = to_data(findings)
             now = iso(self.hub.clock())
@@ -290,9 +299,9 @@ class Reviews:
             )
             if out.reply.code == "advanced":
                 log.info("review %s: findings %s", job.pipeline, findings.event or findings.error)
-                return
+                return True
             if out.reply.code != "stale":
-                return
+                return False
         raise RuntimeError("the pipeline record kept moving under the findings")
 
 
