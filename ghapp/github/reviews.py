@@ -43,7 +43,7 @@ from typing import Any
 
 from ghapp.github.client import GitHubClient
 from ghapp.runtime.hub import Hub
-from ghapp.runtime.turns import scrub_folder
+from ghapp.runtime.turns import scrub_folder, stop_leftovers
 from kernel import inputs as k
 from kernel.codec import to_data
 from kernel.durations import iso
@@ -144,6 +144,7 @@ class Reviews:
         # request keys whose findings this process recorded (the newest DONE_KEPT): a
         # decision made on a record read just before they landed must not start it again
         self._done: dict[str, None] = {}
+        self._folders: dict[str, Path] = {}  # request key -> folder of its running agent
         self._closed = False
 
     def ensure(self, job: ReviewJob) -> bool:
@@ -161,9 +162,14 @@ class Reviews:
             return bool(self._running)
 
     def stop(self) -> None:
+        """Stop: running agents are killed and their findings never recorded (the next
+        start runs those reviews again)."""
         with self._lock:
             self._closed = True
+            folders = list(self._folders.values())
         self._pool.shutdown(wait=False, cancel_futures=True)
+        for folder in folders:
+            stop_leftovers(folder)
 
     # -- one job -----------------------------------------------------------------------
 
@@ -174,7 +180,9 @@ class Reviews:
             except Exception as exc:  # GitHub or the disk failed: findings that say so
                 log.warning("review %s: %s: %s", job.pipeline, type(exc).__name__, exc)
                 findings = self._failed(job, f"{type(exc).__name__}: {exc}")
-            if self._record(job, findings):
+            with self._lock:
+                closed = self._closed
+            if not closed and self._record(job, findings):
                 with self._lock:
                     self._done[job.request] = None
                     while len(self._done) > DONE_KEPT:
@@ -184,6 +192,7 @@ class Reviews:
         finally:
             with self._lock:
                 self._running.discard(job.request)
+                self._folders.pop(job.request, None)
             self.on_done()
 
     def review(self, job: ReviewJob) -> ReviewFindings:
@@ -219,6 +228,8 @@ class Reviews:
         (folder / "context.json").write_text(json.dumps(context, indent=2))
         prompt = prompt_for(job, names)
         (folder / "prompt.txt").write_text(prompt)
+        with self._lock:
+            self._folders[job.request] = folder
         result = self._run_agent(job, spec, folder, prompt)
         (folder / "output.log").write_text(self.hub.redact(result.output or result.final_message))
         scrub_folder(folder, self.hub.redact)

@@ -165,3 +165,43 @@ def test_a_failing_review_agent_raises_the_pipelines_card(tmp_path: Path) -> Non
             assert bot_reviews(gh, number) == []
             assert own(gh, "PUT", "/merge") == 0
             gh.world.set_app_url(None)
+
+
+SLOW_FIRST = """\
+import json, pathlib, sys, time
+marker = pathlib.Path(sys.argv[1])
+runs = int(marker.read_text()) + 1 if marker.exists() else 1
+marker.write_text(str(runs))
+if runs == 1:
+    time.sleep(60)  # the server stops meanwhile: this run is killed, its findings never land
+review = {"review": {"event": "COMMENT", "body": f"Looked at it on run {runs}."}}
+print("```autoloop\\n" + json.dumps(review) + "\\n```")
+"""
+
+
+def test_a_restart_before_the_findings_landed_runs_the_review_again(tmp_path: Path) -> None:
+    script, marker = tmp_path / "slow.py", tmp_path / "runs.txt"
+    script.write_text(SLOW_FIRST)
+    agents: dict[str, Any] = {
+        "demo": {"use": "demo"},
+        "slow": {"use": "command", "command": [sys.executable, str(script), str(marker)]},
+    }
+    home = tmp_path / "home"
+    with sandbox() as gh:
+        prepare(gh, review="agent:slow")
+        number, head = open_pr(gh, {"feature.py": CODE})
+        env = settings_env(gh)
+        with live_server(home, rules(agents=agents), env=env, connect_github=True) as live:
+            gh.world.set_app_url(live.url + "/github/webhook")
+            gh.world.add_label("maintainer", number, "deliver-review")
+            wait_for("the first run of the agent", marker.exists, MERGE_TIMEOUT)
+        gh.world.set_app_url(None)
+        assert bot_reviews(gh, number) == []
+        with live_server(home, rules(agents=agents), env=env, connect_github=True) as live:
+            gh.world.set_app_url(live.url + "/github/webhook")
+            wait_for("one review", lambda: len(bot_reviews(gh, number)) == 1, MERGE_TIMEOUT)
+            wait_for("reviewed", lambda: stage_is(live, gh, number, "reviewed"), MERGE_TIMEOUT)
+            gh.world.set_app_url(None)
+        ((state, commit, body),) = bot_reviews(gh, number)
+        assert (state, commit) == ("COMMENTED", head) and "on run 2" in body
+        assert marker.read_text() == "2"
