@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+import hashlib
 import time
 
 from fakegithub import git, merging
@@ -34,6 +36,40 @@ def changed_files(repo: Repo, pull: Pull) -> list[str]:
     before = repo.commits[fork_point].files if fork_point else {}
     after = repo.commits[pull.head_sha].files
     return sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
+
+
+def file_changes(repo: Repo, pull: Pull) -> list[Json]:
+    """``GET .../pulls/{n}/files``: each changed file with its status, counts and patch."""
+    base_sha = repo.branches.get(pull.base_ref, pull.head_sha)
+    fork_point = git.merge_base(repo, base_sha, pull.head_sha)
+    before = repo.commits[fork_point].files if fork_point else {}
+    after = repo.commits[pull.head_sha].files
+    out: list[Json] = []
+    for path in changed_files(repo, pull):
+        old, new = before.get(path), after.get(path)
+        status = "added" if old is None else "removed" if new is None else "modified"
+        a = (old or b"").decode("utf-8", "replace").splitlines()
+        b = (new or b"").decode("utf-8", "replace").splitlines()
+        lines = list(difflib.unified_diff(a, b, lineterm=""))[2:]  # GitHub omits ---/+++
+        adds = sum(1 for x in lines if x.startswith("+"))
+        dels = sum(1 for x in lines if x.startswith("-"))
+        out.append(
+            {
+                "sha": _blob_sha(new) if new is not None else None,
+                "filename": path,
+                "status": status,
+                "additions": adds,
+                "deletions": dels,
+                "changes": adds + dels,
+                "patch": "\n".join(lines),
+            }
+        )
+    return out
+
+
+def _blob_sha(content: bytes) -> str:
+    """Git's blob id of ``content`` (an identifier, not a security hash)."""
+    return hashlib.sha1(b"blob %d\0" % len(content) + content, usedforsecurity=False).hexdigest()
 
 
 def pull_request(state: State, repo: Repo, pull: Pull) -> Json:

@@ -1,4 +1,5 @@
-"""REST routes for pull requests: list, get, create, update, reviews, update-branch, merge."""
+"""REST routes for pull requests: list, get, create, update, files, reviews, update-branch,
+merge."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from starlette.routing import Route
 from fakegithub.api import Ctx, Result, endpoint, paginate
 from fakegithub.errors import ApiError
 from fakegithub.ops import pulls as ops
-from fakegithub.render.pulls import pull_request, review
+from fakegithub.render.pulls import file_changes, pull_request, review
 
 PERMS = ("pull_requests",)
 REPO = "/repos/{owner}/{repo}"
@@ -61,6 +62,13 @@ def update_pull(ctx: Ctx) -> Result:
         ctx.sandbox.state, ctx.repo, ctx.actor, ctx.number("number"), ctx.object_body()
     )
     return 200, pull_request(ctx.sandbox.state, ctx.repo, pull)
+
+
+@endpoint(perms=PERMS)
+def list_files(ctx: Ctx) -> Result:
+    pull = ops.get_pull(ctx.repo, ctx.number("number"))
+    page, headers = paginate(ctx, file_changes(ctx.repo, pull))
+    return 200, page, headers
 
 
 @endpoint(perms=PERMS)
@@ -125,6 +133,7 @@ ROUTES = [
     Route(f"{REPO}/pulls", create_pull, methods=["POST"]),
     Route(f"{REPO}/pulls/{{number}}", get_pull, methods=["GET"]),
     Route(f"{REPO}/pulls/{{number}}", update_pull, methods=["PATCH"]),
+    Route(f"{REPO}/pulls/{{number}}/files", list_files, methods=["GET"]),
     Route(f"{REPO}/pulls/{{number}}/reviews", list_reviews, methods=["GET"]),
     Route(f"{REPO}/pulls/{{number}}/reviews", create_review, methods=["POST"]),
     Route(f"{REPO}/pulls/{{number}}/update-branch", update_branch, methods=["PUT"]),

@@ -6,8 +6,10 @@ asks how to triage it (a card posted as a GitHub comment), a maintainer answers 
 ``/answer``, the agent resumes its own session and the hub comments and labels for it.
 Every step is printed, and the run ends with the ``why`` trail of each turn.
 
-Then a pull request is delivered: labelled ``deliver``, the delivery pipeline reviews
-it (the policy asks for no review), waits for its required check, merges it, waits for
+Then a pull request is delivered: labelled ``deliver``, the delivery pipeline has the
+demo agent review it (``review = "agent:demo"``: the agent reads the PR's file list and
+diff as data files and its findings are posted as the bot's review), waits for its
+required check, merges it, waits for
 the deployment of the merge commit and for the live version to report it. Each stage is
 printed as the pipeline record in the ledger moves. ``--only triage`` or
 ``--only deliver`` runs one of the two stories.
@@ -182,7 +184,7 @@ class Demo:
         before = len(world.audit.entries())  # the writes of this story come after these
         live_url = f"{gh.api_url}/_sandbox/live/{gh.repo}"
         policy = (
-            '[deliver]\nmerge_method = "squash"\nreview = "none"\n\n'
+            '[deliver]\nmerge_method = "squash"\nreview = "agent:demo"\n\n'
             '[deliver.deploy]\nenvironment = "production"\n'
             f'version_url = "{live_url}"\nmatches = 1\n'
         )
@@ -226,8 +228,17 @@ class Demo:
         def count(method: str, part: str) -> int:
             return len([w for w in writes if w.method == method and part in w.path])
 
+        reviews = [
+            r
+            for r in gh.sandbox.state.repos[gh.repo].reviews.values()
+            if r.number == number and r.user == bot
+        ]
+        for review in reviews:
+            first_line = review.body.split("\n<sub>")[0].strip().splitlines()[-1]
+            self.note(f"the bot's review ({review.state}): {first_line}")
         self.step(f"PR #{number} is delivered; the sandbox's audit log of the app's writes:")
         self.note(f"merges: {count('PUT', '/merge')}")
+        self.note(f"reviews: {count('POST', f'/pulls/{number}/reviews')}")
         self.note(
             f"check run autoloop/deliver: {count('POST', '/check-runs')} created, "
             f"{count('PATCH', '/check-runs/')} updates in place"

@@ -518,6 +518,11 @@ class GitHubClient:
             params["base"] = base
         return self._repo_pages(repo, "/pulls", params)
 
+    def list_pull_files(self, repo: str, number: int) -> list[JSON]:
+        """The PR's changed files (``filename``, ``status``, ``additions``, ``deletions``,
+        ``patch``...), every page."""
+        return self._repo_pages(repo, f"/pulls/{int(number)}/files")
+
     def list_reviews(self, repo: str, number: int) -> list[JSON]:
         return self._repo_pages(repo, f"/pulls/{int(number)}/reviews")
 

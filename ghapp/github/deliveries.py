@@ -22,9 +22,11 @@ a review request). :class:`Deliveries` is the one thread that moves them:
   effects out through the outbox. A probe of the live version is made inline and kept
   in the record; while a write, a probe or a review answer came back, it decides again
   (at most :data:`MAX_DECISIONS` times a wake), so answers feed back at once.
-- **Review agents.** No review agent runs in this server yet: a ``RequestReview`` is
-  answered at once with findings that say so (no verdict), and the pipeline raises its
-  own card about the missing review. ``review = "none"`` and ``approvals:N`` work.
+- **Review agents.** A ``RequestReview`` (``review = "agent:NAME"``) runs that agent
+  read-only on a snapshot of the PR, off this thread (:mod:`ghapp.github.reviews`); its
+  findings land in the record's data and make the pipeline due, and the next decision
+  posts them as one review. After every committed decision a review the delivery still
+  waits for and that runs nowhere in this process is started again (a restart).
 - **Merge order.** ``merge_queue_first`` comes from :func:`pipeline.first_in_line` over
   the active deliveries of the same repository and base; a delivery that leaves
   ``merge`` (``Step.line_freed``) wakes the others waiting there.
@@ -50,6 +52,7 @@ import httpx
 from ghapp.github.client import GitHubClient
 from ghapp.github.outcomes import effect_action, write_result
 from ghapp.github.readcache import ReadCache
+from ghapp.github.reviews import ReviewJob, Reviews, waiting_for
 from ghapp.github.snapshot import Extras, read_policy, read_snapshot
 from ghapp.github.version import compare_with, probe_version
 from ghapp.runtime.hub import Hub
@@ -91,7 +94,6 @@ MAX_DECISIONS = 8  # decisions per wake of one pipeline (answers feed back at on
 POLICY_TTL_S = 60.0  # a policy read is kept this long, or until a push to its repository
 VERSIONS_KEPT = 20  # probe answers kept in the record (the newest)
 RETRY_FIRST_S, RETRY_MAX_S = 5.0, 300.0
-NO_REVIEWER = "no review agent runs in this server yet: review this PR yourself"
 
 _SUBJECT = re.compile(r"^([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)#([0-9]+)$")
 _PULL_EVENTS = ("pull_request.", "pull_request_review.")
@@ -195,6 +197,7 @@ class Deliveries:
         # so that a merge never waits behind another delivery's progress; each write is an
         # action in the ledger, and its seq keeps an older one from showing over a newer.
         self._progress = ThreadPoolExecutor(max_workers=1, thread_name_prefix="progress")
+        self.reviews = Reviews(hub, client, on_done=self.wake)
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -211,6 +214,7 @@ class Deliveries:
             self._thread.join(timeout=timeout)
             self._thread = None
         self._progress.shutdown(wait=True, cancel_futures=False)
+        self.reviews.stop()
         self.http.close()
 
     def wake(self) -> None:
@@ -220,7 +224,8 @@ class Deliveries:
     def idle(self) -> bool:
         """Nothing queued, nothing being decided (for tests)."""
         with self._lock:
-            return not self._events and not self._busy and not self._wake.is_set()
+            busy = self._events or self._busy or self._wake.is_set()
+        return not busy and not self.reviews.running()
 
     # -- events ------------------------------------------------------------------------
 
@@ -504,10 +509,7 @@ class Deliveries:
                 )
                 again = True
             elif isinstance(effect, RequestReview):
-                findings = ReviewFindings(
-                    request=effect.key, head_sha=effect.head_sha, event=None, error=NO_REVIEWER
-                )
-                again = True
+                pass  # started below once the decision is committed (see _review)
             elif isinstance(effect, RaiseCard):
                 new_cards.append(
                     k.CardSpec(
@@ -549,6 +551,7 @@ class Deliveries:
             and not (specs or late or new_cards or resolve)
         )
         if unchanged:
+            self._review(pid, new_data, policy)
             return step, "unchanged", again
         out = self.hub.ledger.decide(
             k.Advance(
@@ -566,6 +569,7 @@ class Deliveries:
         )
         if out.reply.code != "advanced":
             return step, out.reply.code, False
+        self._review(pid, new_data, policy)
         requested = list(out.reply.data.get("actions") or ())
         second = None
         if late and not ended:
@@ -600,6 +604,26 @@ class Deliveries:
         # unless all it asked for was showing progress.
         writes = [a for a in specs if a.id in requested and a.do != "github.progress"]
         return step, "advanced", again or bool(writes)
+
+    def _review(self, pid: str, data: Mapping[str, Any], policy: Policy | object) -> None:
+        """Start the review the committed delivery ``data`` waits for, unless it runs."""
+        request = waiting_for(data)
+        req = data.get("review_request")
+        if not request or not isinstance(req, Mapping) or not isinstance(policy, Policy):
+            return
+        agent = policy.review.agent
+        repo, number = str(data.get("repo") or ""), int(data.get("number") or 0)
+        if not agent or not repo or not number:
+            return
+        job = ReviewJob(
+            pipeline=pid,
+            request=request,
+            agent=agent,
+            repo=repo,
+            number=number,
+            head_sha=str(req.get("sha") or ""),
+        )
+        self.reviews.ensure(job)
 
     def _agents(self) -> frozenset[str]:
         return frozenset(self.hub.rules().agents)

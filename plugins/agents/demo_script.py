@@ -13,6 +13,9 @@ and gives back:
 Story one: it asks which colour to paint with, and when the answer comes back it paints.
 Story two: a newly opened issue -- it asks how to triage it, and when answered it asks the
 hub to comment on the issue and label it.
+Story three: a pull request to review (its data folder holds ``files.json`` and
+``diff.patch``, read as data) -- it answers a ``COMMENT`` review listing the files changed,
+or ``REQUEST_CHANGES`` when an added line of the diff holds the marker ``TODO``.
 
 What it remembers between turns (the issue it asked about) it keeps in a small file per
 session, as a real agent keeps its conversation in its own store: by default in
@@ -88,6 +91,33 @@ def chosen(details: dict[str, Any], options: list[str]) -> str | None:
     if isinstance(index, int) and 1 <= index <= len(options):
         return options[index - 1]
     return None
+
+
+def review_pull(data_dir: Path) -> str:
+    """The review story: findings from the PR's file list and diff (data files)."""
+    listed = load_json(data_dir / "files.json")
+    files = [f for f in (listed.get("files") or []) if isinstance(f, dict)]
+    try:
+        diff = (data_dir / "diff.patch").read_text(encoding="utf-8")
+    except OSError:
+        diff = ""
+    changes = ", ".join(
+        f"{one_line(f.get('filename'), 60)} (+{f.get('additions', 0)} -{f.get('deletions', 0)})"
+        for f in files
+    )
+    summary = f"Reviewed {len(files)} file{'s' if len(files) != 1 else ''}: {changes or 'none'}."
+    marked = [
+        line[1:].strip()
+        for line in diff.splitlines()
+        if line.startswith("+") and not line.startswith("+++") and "TODO" in line
+    ]
+    if marked:
+        body = f"{summary} An added line still says TODO: {one_line(marked[0], 60)!r}."
+        event = "REQUEST_CHANGES"
+    else:
+        body = f"{summary} Nothing blocks the merge."
+        event = "COMMENT"
+    return body + "\n\n" + receipt({"review": {"event": event, "body": body}})
 
 
 class Memory:
@@ -191,7 +221,10 @@ def main() -> int:
         )
     memory = Memory(session, context_file)
 
-    if context.get("repair"):
+    data_dir = Path(os.environ.get("AUTOLOOP_DATA") or context_file.parent / "data")
+    if (data_dir / "files.json").is_file() and (data_dir / "diff.patch").is_file():
+        message = review_pull(data_dir)
+    elif context.get("repair"):
         notice = {"title": "Receipt rewritten", "text": "The demo agent rewrote its last message."}
         message = "Here is my last message again, written properly.\n\n" + receipt(
             {"notice": [notice]}

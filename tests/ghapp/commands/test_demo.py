@@ -54,5 +54,7 @@ def test_demo_runs_to_the_end_in_under_a_minute(tmp_path: Path) -> None:
     ], out
     assert "PR #2 is delivered" in out
     assert "merges: 1" in out
+    assert "reviews: 1" in out  # the demo agent reviewed the PR once, as the bot
+    assert "the bot's review (COMMENTED): Reviewed 1 file: feature.py (+1 -0)." in out
     assert "check run autoloop/deliver: 1 created" in out
     assert "sticky progress comment: 1 created" in out
