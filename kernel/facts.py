@@ -193,6 +193,7 @@ class PipelineAdvanced:
     ended: bool = False
     cards: Mapping[str, str] = field(default_factory=dict)  # open card key -> card id
     at: str = ""
+    restarted: bool = False  # a new run of a pipeline that had ended
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -187,6 +187,7 @@ class Advance:
     actions: tuple[ActionSpec, ...] = ()
     cards: tuple[CardSpec, ...] = ()
     resolve: tuple[str, ...] = ()
+    restart: bool = False  # a new run of a pipeline that ended (refused while it is active)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -89,6 +89,8 @@ PIPELINE: Table = {
     ("active", "PipelineAdvanced"): "active",
     ("active", "PipelineAdvanced:ended"): "ended",
     ("active", "PipelineWoken"): "active",
+    ("ended", "PipelineAdvanced:restarted"): "active",  # a new run (labelled again)
+    ("ended", "PipelineAdvanced:ended:restarted"): "ended",  # a new run ended at once
 }
 
 TABLES: Mapping[str, Table] = {

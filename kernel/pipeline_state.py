@@ -18,6 +18,8 @@ __all__ = ["pipeline_advanced", "pipeline_woken"]
 def pipeline_advanced(st: State, fact: f.PipelineAdvanced) -> set[Key]:
     before = st.pipelines.get(fact.pipeline)
     label = "PipelineAdvanced:ended" if fact.ended else "PipelineAdvanced"
+    if fact.restarted:
+        label += ":restarted"
     was = NEW if before is None else ("ended" if before.ended else "active")
     move("pipeline", fact.pipeline, was, label)
     return {
@@ -31,7 +33,7 @@ def pipeline_advanced(st: State, fact: f.PipelineAdvanced) -> set[Key]:
                 version=fact.version,
                 ended=fact.ended,
                 cards=fact.cards,
-                started_at=before.started_at if before is not None else fact.at,
+                started_at=fact.at if before is None or fact.restarted else before.started_at,
                 updated_at=fact.at,
             )
         )

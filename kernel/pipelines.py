@@ -35,8 +35,12 @@ def advance(ctx: Context, inp: Advance) -> Reply:
             message=f"pipeline {inp.pipeline} is at version {have}, not {inp.version}",
             data={"version": have},
         )
-    if p is not None and p.ended:
+    if p is not None and p.ended and not inp.restart:
         return Reply(ok=False, code="ended", message=f"pipeline {inp.pipeline} has ended")
+    if inp.restart and (p is None or not p.ended):
+        return Reply(
+            ok=False, code="active", message=f"pipeline {inp.pipeline} is not ended: no new run"
+        )
     requested: list[str] = []
     for spec in inp.actions:
         if spec.id in st.actions or spec.id in requested:
@@ -76,6 +80,7 @@ def advance(ctx: Context, inp: Advance) -> Reply:
             ended=inp.ended,
             cards=cards,
             at=ctx.at,
+            restarted=inp.restart,
         )
     )
     return Reply(

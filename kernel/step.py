@@ -90,7 +90,7 @@ STEP: Mapping[type[Any], Outcomes] = {
     Advance: Outcomes.of(
         (f.ActionRequested, f.CardResolved, f.CardOpened, f.PipelineAdvanced),
         (PerformAction, SendCard),
-        "advanced stale ended",
+        "advanced stale ended active",
     ),
     Wake: Outcomes.of((f.PipelineWoken,), (), "woken"),
 }

@@ -414,6 +414,7 @@ class Deliveries:
                 pipeline=pid,
                 subject=f"{s.repo}#{s.number}",
                 version=rec.version if rec is not None else 0,
+                restart=rec is not None,  # a new run of a pipeline that ended
                 stage=delivery.stage,
                 data=delivery_to_data(delivery),
                 wake_at=iso(now),

@@ -124,3 +124,15 @@ def test_replay_gives_the_pipeline_reached_step_by_step() -> None:
     kn.step(k.ActionDone(action=merge().id, ok=True, result={"merged": True}))
     advance(kn, pipe(kn).version, "delivered", ended=True, resolve=("n",))
     assert kn.replayed().records() == kn.state.records()
+
+
+def test_a_pipeline_that_ended_starts_a_new_run_only_when_asked() -> None:
+    kn = kernel()
+    advance(kn, 0, "checks")
+    assert advance(kn, 1, "review", restart=True).reply.code == "active"  # still running
+    advance(kn, 1, "cancelled", ended=True)
+    assert advance(kn, 2, "review").reply.code == "ended"
+    again = advance(kn, 2, "review", restart=True)
+    assert again.reply.code == "advanced"
+    assert (pipe(kn).stage, pipe(kn).ended, pipe(kn).version) == ("review", False, 3)
+    assert kn.replayed().records() == kn.state.records()
