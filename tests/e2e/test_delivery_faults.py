@@ -331,11 +331,8 @@ def check_invariants(
     assert delivered <= merged
     assert set(merges) == merged  # only the App merges here
     # merged but not delivered: the label went after the merge, or it waits on a card
-    others = {
-        n
-        for n in merged - delivered
-        if not (n in removed or (by_number[n] is not None and by_number[n].stage == "blocked"))
-    }
+    blocked = {n for n, p in by_number.items() if p is not None and p.stage == "blocked"}
+    others = merged - delivered - removed - blocked
     assert not others, f"merged yet neither delivered, cancelled nor waiting: {others}"
 
     sticky = Counter(c.number for c in repo.comments.values() if c.user == bot and MARKER in c.body)
