@@ -374,6 +374,7 @@ def test_sixteen_deliveries_under_faults_and_two_kills(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # merges on one base go one at a time: about 20 minutes a seed
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_two_hundred_deliveries_under_faults_and_kills(tmp_path: Path, seed: int) -> None:
     out = run(tmp_path, Plan(seed=seed, pipelines=200, kills=10, seconds=1500.0))
