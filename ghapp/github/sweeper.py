@@ -13,7 +13,10 @@
   ``pull_request.reconciled`` event (id ``reconcile:<repo>#<n>@<head sha>``: one per
   head, whatever the number of passes or restarts), so the delivery pipeline picks up
   PRs whose webhooks were lost while we were down. The repositories looked at are those
-  the ledger's recent GitHub events name.
+  the ledger's recent GitHub events name. A labelled PR without a pipeline record is
+  handed to the runner on every pass, whatever was recorded about it before: the event
+  that should have started it may have been recorded by a server killed before its
+  runner took it (the runner's queue is in memory), or starting may have failed.
 - **The outbox.** Actions left ``allowed`` after a transient failure and cards a channel
   did not take are retried (``hub.sweep_actions()``, ``hub.sweep_cards()``) every
   ``outbox_every_s``; the hub records each attempt first, so the executor reads back.
@@ -31,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ghapp.github.client import GitHubClient
+from ghapp.github.deliveries import pipeline_id
 from ghapp.github.errors import AmbiguousWrite
 from ghapp.runtime.hub import Hub
 from kernel.model import Event
@@ -201,8 +205,6 @@ class Sweeper:
                 if not wanted or not isinstance(number, int) or not isinstance(sha, str):
                     continue
                 subject = f"{repo}#{number}"
-                if subject.lower() in seen:
-                    continue
                 event = Event(
                     source="github",
                     id=f"reconcile:{subject}@{sha}",
@@ -218,7 +220,17 @@ class Sweeper:
                         "reconciled": True,
                     },
                 )
+                if subject.lower() in seen:
+                    if not self._has_pipeline(repo, number):
+                        self.on_events([event])  # seen, yet not started: hand it over again
+                    continue
                 if self.hub.emit(event).reply.code == "recorded":
                     out.append(event.id)
                     self.on_events([event])
+                elif not self._has_pipeline(repo, number):
+                    self.on_events([event])  # reconciled before, yet never started
         return out
+
+    def _has_pipeline(self, repo: str, number: int) -> bool:
+        with self.hub.store.read() as tx:
+            return tx.get("pipeline", pipeline_id(repo, number)) is not None

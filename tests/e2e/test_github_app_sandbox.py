@@ -497,3 +497,38 @@ def test_a_delivery_that_keeps_failing_is_redelivered_a_bounded_number_of_times(
             r.gh.world.settle()
         assert passes == [[failed.guid]] * 3 + [[], []]
         assert len([d for d in r.gh.world.deliveries if d.redelivery]) == 3
+
+
+def test_a_labelled_pr_whose_start_was_lost_is_handed_to_the_runner_again(
+    tmp_path: Path,
+) -> None:
+    # kill -9 between recording an event and the runner taking it from its (in-memory)
+    # queue loses the start; the reconciled event is recorded once per head, so the
+    # sweeper must hand a labelled PR without a pipeline over again on later passes.
+    with rig(tmp_path) as r:
+        sweeper = r.part(Sweeper)
+        wait_for("the sweep at start", lambda: sweeper.passes >= 1)
+        number = r.gh.world.open_issue("reader", "Makes the repository known")
+        wait_for("the card comment", lambda: has_card_comment(r, number))
+        runner = sweeper.on_events
+        handed: list[str] = []
+        sweeper.on_events = lambda events: handed.extend(e.subject for e in events)
+
+        r.gh.world.set_app_url(None)  # webhooks lost
+        quiet = r.gh.world.open_pr(
+            "maintainer", "quiet", "Quiet", {"q.txt": "q"}, labels=["deliver"]
+        )
+        r.gh.world.set_app_url(r.live.url + "/github/webhook")
+        subject = f"{r.repo}#{quiet}"
+        assert len(sweeper.sweep().reconciled) == 1  # recorded; its start is lost
+        assert handed == [subject]
+        assert sweeper.sweep().reconciled == []
+        assert handed == [subject, subject]  # not recorded again, handed over again
+
+        sweeper.on_events = runner
+        sweeper.sweep()
+        pid = f"deliver/{subject}"
+        wait_for("the pipeline", lambda: any(p.id == pid for p in r.records("pipeline")))
+        sweeper.on_events = lambda events: handed.extend(e.subject for e in events)
+        sweeper.sweep()
+        assert handed == [subject, subject]  # started: nothing more to hand over
