@@ -91,6 +91,10 @@ log = logging.getLogger("autoloop.github.deliveries")
 
 BACKSTOP_S = 60.0  # the longest sleep: a wake recorded by another replica is seen by then
 MAX_DECISIONS = 8  # decisions per wake of one pipeline (answers feed back at once)
+# A pipeline that waits on webhooks alone is read again after this long all the same: a
+# webhook GitHub never sent (an outage: nothing to redeliver) costs minutes, not the hours
+# of the stage's own deadline. One read of the PR per pipeline per interval.
+RECHECK_S = 600.0
 POLICY_TTL_S = 60.0  # a policy read is kept this long, or until a push to its repository
 VERSIONS_KEPT = 20  # probe answers kept in the record (the newest)
 RETRY_FIRST_S, RETRY_MAX_S = 5.0, 300.0
@@ -189,6 +193,8 @@ class Deliveries:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._retry: dict[str, tuple[datetime, float]] = {}  # pipeline -> (when, backoff)
+        self._decided: dict[str, float] = {}  # pipeline -> when this process last decided it
+        self.recheck_s = RECHECK_S
         self._busy = False
         # The policy of each repository, read from its default branch: kept for
         # POLICY_TTL_S, and forgotten at once when a push to the repository arrives.
@@ -312,6 +318,7 @@ class Deliveries:
         rec = self._record(pid)
         if rec is not None:
             self._seen[pid] = rec.wake_at
+        self._decided[pid] = time.monotonic()
         try:
             self.process(pid)
         except Exception as exc:  # one pipeline's trouble (GitHub down, ...) must not stop the rest
@@ -342,17 +349,24 @@ class Deliveries:
             found = tx.query("pipeline", states=["active"], due_before=iso(now))
         due = [p.id for p in found if isinstance(p, Pipeline) and self._seen.get(p.id) != p.wake_at]
         due += [pid for pid, (at, _) in self._retry.items() if at <= now and pid not in due]
+        stale = time.monotonic() - self.recheck_s
+        due += [
+            p.id for p in self._active() if p.id not in due and self._decided.get(p.id, 0) < stale
+        ]
         return due
 
     def _sleep_s(self) -> float:
         now = self.hub.clock()
         times = [at for at, _ in self._retry.values()]
-        for p in self._active():
+        active = self._active()
+        for p in active:
             if p.wake_at and self._seen.get(p.id) != p.wake_at:
                 times.append(datetime.fromisoformat(p.wake_at))
+        clock = time.monotonic()
+        recheck = [self._decided.get(p.id, 0) + self.recheck_s - clock for p in active]
         if not times:
-            return self.backstop_s
-        return max(0.0, min(self.backstop_s, (min(times) - now).total_seconds()))
+            return max(0.0, min([self.backstop_s, *recheck]))
+        return max(0.0, min([self.backstop_s, *recheck, (min(times) - now).total_seconds()]))
 
     def _policy(self, repo: str) -> Policy | PolicyProblem:
         kept = self._policies.get(repo.lower())

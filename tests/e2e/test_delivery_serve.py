@@ -212,3 +212,23 @@ def test_a_failed_deployment_raises_a_card_answered_on_the_pr(tmp_path: Path) ->
             card = tx.get("card", card_id)
         assert card.choice == 2 and card.answered_by == "maintainer"
         assert own(gh, "PUT", "/merge") == 1  # the merge stays; nothing is merged again
+
+
+def test_a_check_whose_webhook_github_never_sent_is_read_again_in_minutes(
+    tmp_path: Path,
+) -> None:
+    """Nothing to redeliver (GitHub never sent it): the runner reads a pipeline that waits
+    on webhooks again after ``recheck_s`` (10 minutes; 1 s here), not at the 2 h deadline."""
+    with sandbox() as gh, serving(gh, tmp_path / "home") as live:
+        runner = next(x for x in live.running.extras if isinstance(x, Deliveries))
+        runner.recheck_s = 1.0
+        prepare(gh, ci=None)
+        for kind in ("check_run.completed", "check_suite.completed", "status"):
+            gh.world.faults.add("webhook_drop", path=kind, times=None)
+        number, head = open_pr(gh)
+        gh.world.add_label("maintainer", number, "deliver")
+        wait_for("checks", lambda: stage_is(live, gh, number, "checks"), MERGE_TIMEOUT)
+        gh.world.set_ci({"ci": "success"})
+        gh.world.run_ci(head)
+        wait_for("delivered", lambda: stage_is(live, gh, number, "delivered"), MERGE_TIMEOUT)
+        assert own(gh, "PUT", "/merge") == 1
