@@ -228,7 +228,13 @@ def test_a_check_whose_webhook_github_never_sent_is_read_again_in_minutes(
         number, head = open_pr(gh)
         gh.world.add_label("maintainer", number, "deliver")
         wait_for("checks", lambda: stage_is(live, gh, number, "checks"), MERGE_TIMEOUT)
-        gh.world.set_ci({"ci": "success"})
+        gh.world.set_ci({"ci": "success"}, delay=0.5)  # created now, completed later
         gh.world.run_ci(head)
+        wait_for("the check to complete", lambda: _ci_done(gh, head))
         wait_for("delivered", lambda: stage_is(live, gh, number, "delivered"), MERGE_TIMEOUT)
         assert own(gh, "PUT", "/merge") == 1
+
+
+def _ci_done(gh: SandboxHandle, head: str) -> bool:
+    runs = gh.sandbox.state.repos[gh.repo].check_runs.values()
+    return any(r.name == "ci" and r.head_sha == head and r.status == "completed" for r in runs)
