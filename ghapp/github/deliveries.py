@@ -469,10 +469,12 @@ class Deliveries:
                 return None
             actions = [a for a in tx.query("action", matter=pid) if isinstance(a, Action)]
             cards = [c for c in tx.query("card", matter=pid) if isinstance(c, Card)]
+            # Only deliveries waiting in merge stand in the line (first_in_line), and only
+            # they are woken when it moves: the others are not decoded at all.
             others = [
                 delivery_from_data(_delivery_part(p.data))
                 for p in tx.query("pipeline", states=["active"])
-                if isinstance(p, Pipeline) and p.id != pid
+                if isinstance(p, Pipeline) and p.id != pid and p.stage == "merge"
             ]
         data = dict(rec.data)
         delivery = delivery_from_data(_delivery_part(data))
