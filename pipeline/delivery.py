@@ -83,6 +83,7 @@ class Delivery:
     stage_since: str = ""
     deadline: str | None = None  # ISO 8601 UTC: when the current stage's wait ends
     polls: int = 0  # consecutive re-reads while GitHub computes mergeability
+    next_poll_at: str | None = None  # when the next of those re-reads is due
     reviewed: tuple[Reviewed, ...] = ()
     review_request: Attempt | None = None
     ready_request: Attempt | None = None

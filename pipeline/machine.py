@@ -214,6 +214,7 @@ def _move(ctx: Ctx, outcome: Outcome) -> None:
         "stage_since": ctx.at,
         "deadline": None if deadline is None else iso(deadline),
         "polls": 0,
+        "next_poll_at": None,
     }
     if new == "live_version":
         changes.update(probe_since=d.probe_attempt + 1, next_probe_at=None)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from kernel.durations import iso
 from pipeline.context import (
     MERGE_ANSWER_GRACE,
     RECONCILE_GRACE,
@@ -85,9 +86,14 @@ def merge(ctx: Ctx) -> Outcome:
         )
         return "timeout"
     if readiness == "unknown":
-        delay = min(UNKNOWN_FIRST_S * 2 ** min(d.polls, 10), UNKNOWN_MAX_S)
-        ctx.set(polls=d.polls + 1)
-        ctx.wait("timer", "GitHub to compute mergeability", ctx.now + timedelta(seconds=delay))
+        # A re-read counts (and the next one backs off) only when its timer is due: a
+        # webhook that wakes the delivery meanwhile does not use up the re-reads.
+        due = None if d.next_poll_at is None else instant(d.next_poll_at)
+        if due is None or ctx.past(due):
+            delay = min(UNKNOWN_FIRST_S * 2 ** min(d.polls, 10), UNKNOWN_MAX_S)
+            due = ctx.now + timedelta(seconds=delay)
+            ctx.set(polls=d.polls + 1, next_poll_at=iso(due))
+        ctx.wait("timer", "GitHub to compute mergeability", due)
         return "waiting"
     if readiness == "blocked":
         ctx.wait("webhook", "branch protection (GitHub reports the merge blocked)", ctx.deadline())

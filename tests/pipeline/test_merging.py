@@ -120,6 +120,19 @@ def test_an_unknown_mergeable_state_waits_with_a_bounded_backoff() -> None:
     assert last.delivery.card is not None and last.delivery.card.kind == "not_mergeable"
 
 
+def test_a_wake_before_the_re_read_is_due_keeps_the_same_timer() -> None:
+    """A webhook wakes the delivery while GitHub computes mergeability: the re-read
+    it waits for stays the same, and no re-read is used up."""
+    drive = Driver()
+    unknown = snap(mergeable=None, mergeable_state="unknown")
+    first = drive(unknown, 0.0)
+    assert first.wake_at == at(5 / 60)
+    again = drive(unknown, 1 / 60)
+    assert (again.wake_at, again.delivery.polls) == (first.wake_at, 1)
+    due = drive(unknown, 5 / 60)
+    assert (due.wake_at, due.delivery.polls) == (at(15 / 60), 2)
+
+
 def test_a_merge_blocked_by_protection_waits_until_the_deadline() -> None:
     drive = Driver()
     step = drive(snap(mergeable_state="blocked"))
