@@ -42,7 +42,9 @@ still reports such a PR ``blocked`` until the checks pass, and the pipeline wait
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal, TypeGuard
 
@@ -107,6 +109,19 @@ def read_policy(
 # ----------------------------------------------------------------------------- snapshot
 
 
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _reads() -> ThreadPoolExecutor:
+    """The threads that make a snapshot's independent reads at once (made on first use)."""
+    global _POOL  # noqa: PLW0603  # one pool per process, made lazily: no work at import
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=5, thread_name_prefix="github-reads")
+        return _POOL
+
+
 def read_snapshot(
     client: GitHubClient,
     delivery: Delivery,
@@ -138,12 +153,17 @@ def read_snapshot(
     required: tuple[Required, ...] = ()
     behind = False
     if before_merge:
-        behind = _behind(client, repo, base_ref, head_sha)
-        runs = _check_runs(client, repo, head_sha)
-        statuses = _statuses(client, repo, head_sha)
-        required = _protection(client, repo, base_ref) + _rulesets(client, repo, base_ref)
+        # Independent reads, made at once: a decision waits for the slowest, not the sum.
+        pool = _reads()
+        behind_f = pool.submit(_behind, client, repo, base_ref, head_sha)
+        runs_f = pool.submit(_check_runs, client, repo, head_sha)
+        statuses_f = pool.submit(_statuses, client, repo, head_sha)
+        protection_f = pool.submit(_protection, client, repo, base_ref)
+        rulesets_f = pool.submit(_rulesets, client, repo, base_ref)
         if rules is not None and rules.review.kind == "approvals":
             reviews = _reviews(client, cache, repo, number, bot_login)
+        behind, runs, statuses = behind_f.result(), runs_f.result(), statuses_f.result()
+        required = protection_f.result() + rulesets_f.result()
 
     contains: bool | None = None
     if delivery.reconciling:
