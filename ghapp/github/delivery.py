@@ -29,6 +29,7 @@ raised here names its outcome first (``[head_moved] ...``), see
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -96,6 +97,11 @@ class DeliveryWrites:
         self.bot_login = bot_login
         self.app_id = app_id
         self.slug = bot_login.lower().removesuffix("[bot]")
+        # One progress write per pull request at a time in this process: two of them (a
+        # newer one, and the sweep's retry of an older one) must not both find no sticky
+        # comment and both create one.
+        self._shown: dict[str, threading.Lock] = {}
+        self._shown_guard = threading.Lock()
 
     # -- update the branch ----------------------------------------------------------------
 
@@ -185,6 +191,12 @@ class DeliveryWrites:
     # -- progress ------------------------------------------------------------------------
 
     def progress(self, action: Action, t: Target, retry: bool) -> JSON:
+        with self._shown_guard:
+            lock = self._shown.setdefault(str(t), threading.Lock())
+        with lock:
+            return self._show(action, t, retry)
+
+    def _show(self, action: Action, t: Target, retry: bool) -> JSON:
         p = action.params
         seq = p.get("seq")
         if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:

@@ -4,6 +4,7 @@ ending in the outcome the pipeline reads (:func:`write_result`)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -461,3 +462,23 @@ def test_a_delivery_write_given_up_is_unclear(ex: GitHubExecutor) -> None:
     answer = write_result(gave_up)
     assert answer is not None and answer.outcome == "ambiguous"
     assert answer.message.startswith("gave up after 20 attempts")
+
+
+def test_two_progress_writes_at_once_make_one_sticky_comment(
+    sandbox: SandboxHandle, gh: GitHubClient, ex: GitHubExecutor
+) -> None:
+    """A newer progress and the sweep's retry of an older one, in two threads: the slow
+    first comment must not let the other find none and create a second."""
+    number, head = open_pr(sandbox, "racing")
+    sandbox.world.faults.add("latency", method="POST", path="*/comments", delay=0.5, times=None)
+    first, second = progress(sandbox, number, 1, head), progress(sandbox, number, 2, head)
+    threads = [threading.Thread(target=ex.perform, args=(a,)) for a in (first, second)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=20)
+    mine = [
+        c for c in gh.list_issue_comments(sandbox.repo, number) if "autoloop:deliver=" in c["body"]
+    ]
+    assert len(mine) == 1
+    assert writes(sandbox, "POST", "/comments") == 1
