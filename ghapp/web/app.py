@@ -153,9 +153,11 @@ def create_app(server: Server) -> Starlette:
         body = await _read_body(request)
         if isinstance(body, Response):
             return body
-        given = request.headers.get(header, "")
-        want = hmac.new(secret, body, hashlib.sha256).hexdigest()
-        if not (hmac.compare_digest(given, want) or hmac.compare_digest(given, "sha256=" + want)):
+        # Compared as bytes: compare_digest refuses str with non-ASCII characters, and a
+        # header may hold any byte (Starlette decodes headers as Latin-1, so this is exact).
+        given = request.headers.get(header, "").encode("latin-1")
+        want = hmac.new(secret, body, hashlib.sha256).hexdigest().encode("ascii")
+        if not (hmac.compare_digest(given, want) or hmac.compare_digest(given, b"sha256=" + want)):
             return _error(401, f"bad or missing {header}: sign the raw body with HMAC-SHA256")
         try:
             data = orjson.loads(body)
