@@ -1,8 +1,9 @@
 """The HTTP face of the hub (DESIGN.md section 8): ``create_app(server) -> Starlette``.
 
 - ``POST /github/webhook``: verify ``X-Hub-Signature-256`` (401, nothing stored), refuse
-  bodies over GitHub's 25 MB cap (413), route on ``X-GitHub-Event``, dedupe on
-  ``X-GitHub-Delivery``, commit to the ledger, and only then answer 2xx.
+  bodies over GitHub's 25 MB cap (413), read JSON or form-encoded (``payload=...``)
+  bodies, route on ``X-GitHub-Event``, dedupe on ``X-GitHub-Delivery``, commit to the
+  ledger, and only then answer 2xx.
 - ``POST /v1/in/{source}``: generic sources signed with HMAC-SHA256 over the raw body.
 - ``GET/POST /cards/{token}``: the page a signed card link opens, and its answer.
 - ``GET /healthz``, ``GET /metrics`` (Prometheus text).
@@ -20,6 +21,8 @@ import html
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qs
 
 import orjson
 from starlette.applications import Starlette
@@ -39,6 +42,7 @@ from kernel.records import Card
 from plugins.sources.github import translate
 
 MAX_BODY = 25 * 1024 * 1024  # GitHub caps webhook payloads at 25 MB
+FORM = "application/x-www-form-urlencoded"
 
 
 @dataclass
@@ -58,6 +62,38 @@ class Server:
 
 class _BadBody(ValueError):
     """A webhook body that is not a JSON object (answered 400)."""
+
+
+def _media_type(request: Request) -> str:
+    return request.headers.get("content-type", "").partition(";")[0].strip().lower()
+
+
+def _webhook_payload(body: bytes, *, form: bool) -> dict[str, Any]:
+    """The decoded payload of a webhook body, JSON or form-encoded.
+
+    A repository or organization webhook may be set to send
+    ``application/x-www-form-urlencoded``: the JSON is then the one ``payload`` field
+    (the signature still covers the raw body, checked before this)."""
+    raw: str | bytes = body
+    if form:
+        try:
+            fields = parse_qs(
+                body.decode("ascii"), keep_blank_values=True, max_num_fields=16, errors="strict"
+            )
+        except ValueError:  # non-ASCII bytes, bad UTF-8 escapes, too many fields
+            raise _BadBody("form body is not URL-encoded: send payload=<JSON>") from None
+        values = fields.get("payload", [])
+        if len(values) != 1:
+            raise _BadBody('a form-encoded webhook needs one "payload" field holding the JSON')
+        raw = values[0]
+    try:
+        payload = orjson.loads(raw)
+    except ValueError:
+        what = "the payload field" if form else "body"
+        raise _BadBody(f"{what} is not JSON: send application/json payloads") from None
+    if not isinstance(payload, dict):
+        raise _BadBody("body must be a JSON object")
+    return payload
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -101,16 +137,12 @@ def create_app(server: Server) -> Starlette:
         delivery = request.headers.get("x-github-delivery", "")
         if not name or not delivery:
             return _error(400, "missing X-GitHub-Event or X-GitHub-Delivery header")
+        form = _media_type(request) == FORM
         found: list[Event] = []
 
         def prepare() -> list[k.Input]:
             # runs in the ingest writer, beside the rest of its group's work
-            try:
-                payload = orjson.loads(body)
-            except ValueError:
-                raise _BadBody("body is not JSON: send application/json payloads") from None
-            if not isinstance(payload, dict):
-                raise _BadBody("body must be a JSON object")
+            payload = _webhook_payload(body, form=form)
             events = translate(
                 name, delivery, payload, app_slug=server.app_slug, app_id=server.app_id
             )

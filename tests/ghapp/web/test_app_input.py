@@ -11,11 +11,15 @@ import hashlib
 import hmac
 import json
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
+import pytest
 
+from ghapp.github.sansio import sign
 from kernel.records import EventRow
 from tests import paths
 from tests.servers import Live, live_server
@@ -28,6 +32,7 @@ RULES: dict[str, Any] = {
     "rules": [{"name": "triage", "on": {"source": "github", "type": "issues.*"}, "agent": "demo"}],
 }
 ENV = {"AUTOLOOP_SOURCE_SHOP_SECRET": SOURCE_SECRET}
+FORM = "application/x-www-form-urlencoded"
 
 
 def events_in(live: Live) -> list[EventRow]:
@@ -75,4 +80,70 @@ def test_non_ascii_bytes_in_the_source_signature_are_401_not_500(tmp_path: Path)
             resp = post_source(live, body, signature=sig)
             assert resp.status_code == 401, (sig, resp.status_code, resp.text)
             assert "x-signature-256" in resp.json()["error"]
+        assert events_in(live) == []
+
+
+# ---------------------------------------------------------------- GitHub webhooks
+
+
+WEBHOOK_SECRET = "webhook-secret-for-tests"
+GITHUB_ENV = {**ENV, "AUTOLOOP_GITHUB_WEBHOOK_SECRET": WEBHOOK_SECRET}
+
+
+def post_webhook(
+    live: Live,
+    event: str,
+    body: bytes,
+    *,
+    delivery: str = "",
+    content_type: str = "application/json",
+    timeout: float = 30,
+) -> httpx.Response:
+    headers = {
+        "content-type": content_type,
+        "x-github-event": event,
+        "x-github-delivery": delivery or str(uuid.uuid4()),
+        "x-hub-signature-256": sign(WEBHOOK_SECRET.encode(), body),
+    }
+    return httpx.post(f"{live.url}/github/webhook", content=body, headers=headers, timeout=timeout)
+
+
+def fixture(name: str) -> bytes:
+    return (FIXTURES / name).read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("event", "name"),
+    [("issues", "issues/opened.json"), ("pull_request", "pull_request/labeled.json")],
+)
+def test_a_form_encoded_webhook_is_recorded_like_its_json_twin(
+    tmp_path: Path, event: str, name: str
+) -> None:
+    payload = fixture(name)
+    form = urlencode({"payload": payload.decode()}).encode()
+    with live_server(tmp_path / "h", RULES, env=GITHUB_ENV, start_worker=False) as live:
+        as_form = post_webhook(live, event, form, delivery="form", content_type=FORM)
+        as_json = post_webhook(live, event, payload, delivery="json")
+        assert (as_form.status_code, as_json.status_code) == (200, 200), as_form.text
+        rows = {row.event.id: row.event for row in events_in(live)}
+    assert set(rows) == {"form", "json"}
+    assert replace(rows["form"], id="json") == rows["json"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"payload=%7Bnot-json",
+        b"other=1",
+        b"payload=%7B%7D&payload=%7B%7D",
+        b"payload=\xff\xfe",
+        b"payload=%ff%fe",
+        b"payload=%5B1%5D",
+    ],
+)
+def test_a_bad_form_encoded_webhook_is_400_with_one_line(tmp_path: Path, body: bytes) -> None:
+    with live_server(tmp_path / "h", RULES, env=GITHUB_ENV, start_worker=False) as live:
+        resp = post_webhook(live, "issues", body, content_type=f"{FORM}; charset=utf-8")
+        assert resp.status_code == 400, resp.text
+        assert "\n" not in resp.json()["error"]
         assert events_in(live) == []
