@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ghapp.commands.home import Home, home_from_env, init_home
-from ghapp.runtime.hub import read_details
+from ghapp.runtime.details import read_details
 from ghapp.store.base import StoreError
 from kernel.codec import to_data
 from kernel.errors import ConfigError

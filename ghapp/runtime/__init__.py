@@ -7,7 +7,8 @@
 - ``worker``: ``WorkerLoop``; ``turns``: one claimed turn's folder and agent run;
   ``budget``: the daily spend cap
 - ``redact``: ``Redactor``; ``logs``: redacted logging; ``links``: signed card links;
-  ``settings``: ``Settings`` from the environment or a TOML file
+  ``settings``: ``Settings`` from the environment or a TOML file; ``details``: an event's
+  details from outside, bounded (size, depth, 64-bit integers)
 
 It knows nothing of GitHub's API or of HTTP. Nothing is imported here.
 """

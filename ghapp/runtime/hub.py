@@ -7,9 +7,7 @@ worker loop all go through it.
 
 from __future__ import annotations
 
-import json
 import math
-import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -410,13 +408,3 @@ class Hub:
             if not progressed:
                 break
         return report
-
-
-def read_details(path: str | None) -> dict[str, Any]:
-    if not path:
-        return {}
-    text = Path(path).read_text() if path != "-" else sys.stdin.read()
-    data = json.loads(text)
-    if not isinstance(data, dict):
-        raise ValueError("details must be a JSON object")
-    return data

@@ -4,7 +4,8 @@
   bodies over GitHub's 25 MB cap (413), read JSON or form-encoded (``payload=...``)
   bodies, route on ``X-GitHub-Event``, dedupe on ``X-GitHub-Delivery``, commit to the
   ledger, and only then answer 2xx.
-- ``POST /v1/in/{source}``: generic sources signed with HMAC-SHA256 over the raw body.
+- ``POST /v1/in/{source}``: generic sources signed with HMAC-SHA256 over the raw body;
+  bodies up to 1 MiB, details nested at most 64 levels (:mod:`ghapp.runtime.details`).
 - ``GET/POST /cards/{token}``: the page a signed card link opens, and its answer.
 - ``GET /healthz``, ``GET /metrics`` (Prometheus text).
 
@@ -31,6 +32,8 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route
 
 from ghapp.github.sansio import verify_signature
+from ghapp.runtime.details import MAX_BYTES as MAX_DETAILS_BYTES
+from ghapp.runtime.details import problem
 from ghapp.runtime.hub import Hub
 from ghapp.runtime.ingest import IngestQueue
 from ghapp.runtime.links import CardLinks
@@ -43,6 +46,11 @@ from plugins.sources.github import translate
 
 MAX_BODY = 25 * 1024 * 1024  # GitHub caps webhook payloads at 25 MB
 FORM = "application/x-www-form-urlencoded"
+MAX_SOURCE_BODY = MAX_DETAILS_BYTES  # an event for a generic source: details and a few fields
+_SOURCE_TOO_LARGE = (
+    f"body over {MAX_SOURCE_BODY} bytes: an event's details are kept in the ledger; "
+    "send a link to large data instead"
+)
 
 
 @dataclass
@@ -100,20 +108,25 @@ def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
-async def _read_body(request: Request) -> bytes | Response:
+_TOO_LARGE = "payload over 25 MB: GitHub never sends one this large"
+
+
+async def _read_body(
+    request: Request, limit: int = MAX_BODY, too_large: str = _TOO_LARGE
+) -> bytes | Response:
     length = request.headers.get("content-length")
     if length is not None:
         try:
-            if int(length) > MAX_BODY:
-                return _error(413, "payload over 25 MB: GitHub never sends one this large")
+            if int(length) > limit:
+                return _error(413, too_large)
         except ValueError:
             return _error(400, "bad Content-Length header")
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
-        if size > MAX_BODY:
-            return _error(413, "payload over 25 MB: GitHub never sends one this large")
+        if size > limit:
+            return _error(413, too_large)
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -182,7 +195,7 @@ def create_app(server: Server) -> Starlette:
         if spec is None:
             return _error(404, f"no source {source!r} in rules.json (adapter 'hmac')")
         header, secret = spec
-        body = await _read_body(request)
+        body = await _read_body(request, MAX_SOURCE_BODY, _SOURCE_TOO_LARGE)
         if isinstance(body, Response):
             return body
         # Compared as bytes: compare_digest refuses str with non-ASCII characters, and a
@@ -202,6 +215,9 @@ def create_app(server: Server) -> Starlette:
         if not isinstance(eid, str) or not isinstance(etype, str) or not eid or not etype:
             return _error(400, 'body needs string fields "id" and "type"')
         details = data.get("details") if isinstance(data.get("details"), dict) else {}
+        why = problem(details)
+        if why is not None:
+            return _error(400, f'"details": {why}')
         subject = data.get("subject") if isinstance(data.get("subject"), str) else source
         event = Event(
             source=source,

@@ -83,6 +83,31 @@ def test_non_ascii_bytes_in_the_source_signature_are_401_not_500(tmp_path: Path)
         assert events_in(live) == []
 
 
+def test_deeply_nested_source_details_are_400_not_500(tmp_path: Path) -> None:
+    deep: Any = 1
+    for _ in range(900):  # within orjson's own limit: the body parses, then is refused
+        deep = {"a": deep}
+    with live_server(tmp_path / "h", RULES, env=ENV, start_worker=False) as live:
+        resp = post_source(live, source_event(details=deep))
+        assert resp.status_code == 400, resp.text
+        assert resp.json()["error"] == '"details": nested deeper than 64 levels'
+        resp = post_source(live, b'{"id": "x", "type": "t", "details": ' + b"[" * 5000)
+        assert resp.status_code == 400, resp.text
+        shallow: Any = 1
+        for _ in range(63):
+            shallow = {"a": shallow}
+        assert post_source(live, source_event(details=shallow)).status_code == 200
+        assert len(events_in(live)) == 1
+
+
+def test_a_source_body_over_a_mebibyte_is_413(tmp_path: Path) -> None:
+    with live_server(tmp_path / "h", RULES, env=ENV, start_worker=False) as live:
+        resp = post_source(live, source_event(details={"blob": "x" * (1 << 20)}))
+        assert resp.status_code == 413
+        assert "link" in resp.json()["error"]
+        assert events_in(live) == []
+
+
 # ---------------------------------------------------------------- GitHub webhooks
 
 

@@ -1,0 +1,116 @@
+"""Damaged files and hostile input, as the real ``autoloop`` program meets them.
+
+Each case runs ``autoloop`` in a subprocess against a real home and SQLite ledger. A
+mistake of the user's or a damaged file is refused with exit 2 and one line on stderr
+that says what to do; never a traceback, and nothing recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.hub_cli import Home
+
+RULES = {"agents": {"demo": {"use": "demo"}}, "rules": []}
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Home:
+    h = Home(tmp_path)
+    h.rules(RULES)
+    return h
+
+
+def refused(proc: subprocess.CompletedProcess[str], *words: str) -> str:
+    """The one line of a refusal (exit 2), checked to hold ``words``."""
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+    return lines[0]
+
+
+def events(home: Home) -> list[dict[str, object]]:
+    found: list[dict[str, object]] = home.status()["events"]
+    return found
+
+
+# ------------------------------------------------------------------- emit --details
+
+
+def nested(depth: int) -> str:
+    return '{"a":' * depth + "1" + "}" * depth
+
+
+@pytest.mark.parametrize(
+    ("depth", "why"), [(65, "nested deeper than 64 levels"), (5000, "nested deeper than 64")]
+)
+def test_deeply_nested_details_are_refused_with_one_line(
+    home: Home, tmp_path: Path, depth: int, why: str
+) -> None:
+    path = tmp_path / "deep.json"
+    path.write_text(nested(depth))
+    proc = home.run("emit", "local", "x", "s", "--id", "1", "--details", str(path), ok=False)
+    refused(proc, "--details", why)
+    assert events(home) == []
+
+
+def test_details_nested_64_levels_are_kept(home: Home, tmp_path: Path) -> None:
+    path = tmp_path / "ok.json"
+    path.write_text(nested(63))
+    home.run("emit", "local", "x", "s", "--id", "1", "--details", str(path))
+    assert len(events(home)) == 1
+
+
+def test_details_from_dev_zero_are_refused_after_a_mebibyte(home: Home) -> None:
+    proc = home.run("emit", "local", "x", "s", "--id", "1", "--details", "/dev/zero", ok=False)
+    refused(proc, "--details", "more than 1048576 bytes")
+    assert events(home) == []
+
+
+def test_details_on_stdin_are_bounded_too(home: Home) -> None:
+    proc = subprocess.run(
+        [
+            "bash",
+            "-c",
+            "head -c 3000000 /dev/zero | python -m ghapp.commands.cli emit "
+            "local x s --id 1 --details -",
+        ],
+        cwd=Path(__file__).resolve().parents[3],
+        env=home.env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    refused(proc, "--details", "more than 1048576 bytes")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"n": 123456789012345678901234567890}',
+        '{"n": -9223372036854775809}',
+        '{"list": [1, 2, 18446744073709551616]}',
+        '{"n": NaN}',
+    ],
+)
+def test_numbers_the_ledger_cannot_store_are_refused(home: Home, tmp_path: Path, text: str) -> None:
+    path = tmp_path / "num.json"
+    path.write_text(text)
+    proc = home.run("emit", "local", "x", "s", "--id", "1", "--details", str(path), ok=False)
+    refused(proc, "--details")
+    assert events(home) == []
+
+
+def test_the_widest_64_bit_integers_are_kept(home: Home, tmp_path: Path) -> None:
+    path = tmp_path / "wide.json"
+    path.write_text(json.dumps({"lo": -(1 << 63), "hi": (1 << 64) - 1}))
+    home.run("emit", "local", "x", "s", "--id", "1", "--details", str(path))
+    assert len(events(home)) == 1
