@@ -51,6 +51,8 @@ def load(text: str, path: str, fmt: str) -> object:
             return tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"not valid TOML: {exc}", file=path) from None
+        except RecursionError:
+            raise ConfigError("not valid TOML: nested too deeply", file=path) from None
     try:
         return json.loads(text, object_pairs_hook=_unique_pairs, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:

@@ -132,7 +132,8 @@ def _usage(ctx: Home) -> dict[str, Any]:
     try:
         rules: Any = ctx.rules()
         tz = rules.timezone
-    except ConfigError:  # status still works with a broken rules file
+    except ConfigError as exc:  # status still works with a broken rules file
+        print(f"autoloop: {exc} (usage shown in UTC, without caps)", file=sys.stderr)
         rules, tz = None, "UTC"
     with ctx.store.read() as tx:
         turns = [t for t in tx.query("turn") if isinstance(t, Turn)]

@@ -32,6 +32,7 @@ from ghapp.runtime.ingest import IngestQueue
 from ghapp.runtime.links import CardLinks
 from ghapp.runtime.settings import Settings, SettingsError
 from ghapp.runtime.worker import WorkerLoop
+from ghapp.store.base import StoreError
 from ghapp.web.app import Server, create_app
 from kernel.errors import ConfigError
 
@@ -175,7 +176,7 @@ def main(argv: list[str]) -> int:
             max_parallel=args.workers,
             base_url=args.base_url or f"http://{args.host}:{args.port}",
         )
-    except (SettingsError, ConfigError) as exc:
+    except (SettingsError, ConfigError, StoreError) as exc:  # StoreError: a damaged ledger
         reset_logs()
         print(f"autoloop serve: {exc}", file=sys.stderr)
         return 2

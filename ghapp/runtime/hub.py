@@ -67,9 +67,19 @@ def rules_path(home: Path) -> Path:
 def load_rules(home: Path, *, agents: Iterable[str], channels: Iterable[str]) -> Rules:
     path = rules_path(home)
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise ConfigError("not found; run 'autoloop init'", file=str(path)) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot be read ({exc.strerror})", file=str(path)) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"not UTF-8 text (byte {exc.start} is {raw[exc.start]:#04x}): the file is damaged "
+            "or not a rules file; restore it or run 'autoloop init' in an empty folder",
+            file=str(path),
+        ) from None
     rules = parse_rules(
         text,
         path=str(path),

@@ -390,7 +390,7 @@ class SqlTx:
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
         self.cur.execute(self._q(sql), args)
-        return [(int(s), str(a), load_fact(d)) for s, a, d in self.cur.fetchall()]
+        return [(int(s), str(a), _fact(s, d)) for s, a, d in self.cur.fetchall()]
 
     def fact_count(self) -> int:
         self.cur.execute("SELECT count(*) FROM facts")
@@ -430,6 +430,18 @@ class SqlTx:
         self.cur.execute(
             self._q("UPDATE records SET data = ? WHERE kind = ? AND id = ?"), (data, kind, rid)
         )
+
+
+def _fact(seq: int, data: Any) -> Fact:
+    """The fact stored as ``data``; a row that does not decode is a damaged ledger."""
+    try:
+        return load_fact(data)
+    except Exception as exc:  # any decoding error: bad JSON, an unknown type, bad fields
+        what = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+        raise StoreError(
+            f"fact {seq} of the ledger cannot be read ({what}): the ledger is damaged; "
+            "restore it from a backup"
+        ) from None
 
 
 def _queued_key(rid: str) -> tuple[str, int]:

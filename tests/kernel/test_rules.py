@@ -708,6 +708,11 @@ def test_an_unknown_format_is_a_programming_error() -> None:
         parse_rules("{}", fmt="yaml")
 
 
+def test_deeply_nested_toml_is_a_config_error_not_a_recursion_error() -> None:
+    with pytest.raises(ConfigError, match="nested too deeply"):
+        parse_rules("a = " + "[" * 5000, path="rules.toml", fmt="toml")
+
+
 def test_a_toml_date_is_refused_where_a_string_is_expected() -> None:
     with pytest.raises(ConfigError) as caught:
         parse_rules("timezone = 2026-01-01", path="rules.toml", fmt="toml")

@@ -7,13 +7,17 @@ that says what to do; never a traceback, and nothing recorded.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import random
+import sqlite3
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.hub_cli import Home
+from tests.hub_cli import ROOT, Home
 
 RULES = {"agents": {"demo": {"use": "demo"}}, "rules": []}
 
@@ -82,7 +86,7 @@ def test_details_on_stdin_are_bounded_too(home: Home) -> None:
             "head -c 3000000 /dev/zero | python -m ghapp.commands.cli emit "
             "local x s --id 1 --details -",
         ],
-        cwd=Path(__file__).resolve().parents[3],
+        cwd=ROOT,
         env=home.env(),
         capture_output=True,
         text=True,
@@ -114,3 +118,78 @@ def test_the_widest_64_bit_integers_are_kept(home: Home, tmp_path: Path) -> None
     path.write_text(json.dumps({"lo": -(1 << 63), "hi": (1 << 64) - 1}))
     home.run("emit", "local", "x", "s", "--id", "1", "--details", str(path))
     assert len(events(home)) == 1
+
+
+# ------------------------------------------------------------------- damaged files
+
+
+def random_bytes(n: int, seed: int) -> bytes:
+    return random.Random(seed).randbytes(n)
+
+
+def test_random_bytes_in_rules_json_are_one_line_not_a_traceback(home: Home) -> None:
+    (home.home / "rules.json").write_bytes(b"\xca" + random_bytes(400, 1))
+    for command in (("emit", "local", "x", "s", "--id", "1"), ("drain",)):
+        line = refused(home.run(*command, ok=False), "rules.json", "not UTF-8")
+        assert "restore it" in line
+    status = home.run("status", ok=False)
+    assert "Traceback" not in status.stderr, status.stderr[-3000:]
+    assert status.returncode == 0  # status still shows the ledger with a broken rules file
+    assert "turns: 0" in status.stdout
+    (line,) = status.stderr.strip().splitlines()
+    assert "not UTF-8" in line and "UTC" in line
+
+
+def test_random_bytes_in_master_key_are_one_line_or_work(home: Home) -> None:
+    (home.home / "master.key").write_bytes(random_bytes(64, 2))
+    home.run("emit", "local", "x", "s", "--id", "1")
+    home.run("drain")
+    home.run("status")
+    (home.home / "master.key").write_bytes(b"\xff\xfe" + random_bytes(14, 3))
+    proc = subprocess.run(
+        [sys.executable, "-m", "ghapp.commands.cli", "serve", "--port", "0"],
+        cwd=ROOT,
+        env=home.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    refused(proc, "master.key is refused")
+
+
+def test_serve_on_a_damaged_ledger_is_one_line(home: Home) -> None:
+    home.emit("x", "s", "1")
+    for name in ("ledger.db-wal", "ledger.db-shm"):
+        (home.home / name).unlink(missing_ok=True)
+    (home.home / "ledger.db").write_bytes(random_bytes(8192, 4))
+    proc = subprocess.run(
+        [sys.executable, "-m", "ghapp.commands.cli", "serve", "--port", "0"],
+        cwd=ROOT,
+        env=home.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    refused(proc, "autoloop serve:", "cannot open the ledger", "not a database")
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        "garbage{",
+        '{"type": "NoSuchFact", "v": 1, "data": {}}',
+        '{"type": "EventRecorded", "v": 1, "data": {"seq": 2}}',
+        '{"type": "EventRecorded", "v": 1}',
+    ],
+)
+def test_rebuild_on_corrupt_facts_is_one_line(home: Home, data: str) -> None:
+    home.emit("x", "s", "1")
+    with contextlib.closing(sqlite3.connect(home.home / "ledger.db")) as db, db:
+        db.execute(
+            "INSERT INTO facts (at, type, v, fkey, data) VALUES ('', 'EventRecorded', 1, NULL, ?)",
+            (data,),
+        )
+    for args in (("rebuild", "--check"), ("rebuild",)):
+        refused(home.run(*args, ok=False), "fact 2 of the ledger cannot be read", "backup")
