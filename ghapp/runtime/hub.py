@@ -149,9 +149,6 @@ class RedactingLedger(Ledger):
         super().__init__(store, rules, clock)
         self.redact = redact
 
-    def decide_many(self, inputs: list[k.Input], *, now: datetime | None = None) -> list[Outcome]:
-        return super().decide_many([self.clean(i) for i in inputs], now=now)
-
     def clean(self, inp: k.Input) -> k.Input:
         r = self.redact
         if type(inp) is k.Ingest:  # every webhook: built directly, not by replace()

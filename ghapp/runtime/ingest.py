@@ -11,6 +11,12 @@ at most ``gather_s`` (2 ms). A commit has a fixed cost (its pages, its fsync) th
 bigger group shares. A request arriving alone is committed at once. The writer also
 parses and translates the webhook bodies of its group (``submit`` of a function), next
 to the rest of their work.
+
+A big request (``submit(..., aside=True)``: the handlers say so for bodies over
+:data:`ASIDE_BYTES`) is parsed, translated and redacted on a thread of the event loop's
+executor instead, and reaches the writer ready to commit. Its cost grows with its size
+(redacting megabytes of text takes seconds), and in the writer it would hold the acks of
+every request of its group; aside, the others only share the processor with it.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ from ghapp.runtime.ledger import Ledger, Outcome
 from kernel import inputs as k
 
 Prepare = Callable[[], list[k.Input]]
+#: Bodies over this many bytes are prepared aside, not in the writer (see the docstring).
+ASIDE_BYTES = 64 * 1024
 
 
 @dataclass(slots=True)
@@ -32,6 +40,7 @@ class _Item:
     inputs: list[k.Input] | Prepare
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[list[Outcome]]
+    cleaned: bool = False  # prepared and cleaned aside: ready to commit
 
 
 class IngestQueue:
@@ -61,15 +70,28 @@ class IngestQueue:
         self._q.put(None)
         self._thread.join(timeout=10)
 
-    async def submit(self, inputs: list[k.Input] | Prepare) -> list[Outcome]:
+    async def submit(
+        self, inputs: list[k.Input] | Prepare, *, aside: bool = False
+    ) -> list[Outcome]:
         """Commit ``inputs``, or what ``inputs()`` returns when it is a function: the
         writer then calls it first (a webhook's parsing and translation run there, next
         to the rest of the group's work). What it raises is raised here, and the rest of
-        the group commits without it."""
+        the group commits without it.
+
+        ``aside``: call ``inputs()`` and clean what it returns on the loop's executor
+        first, so that a big request costs its group nothing in the writer."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[list[Outcome]] = loop.create_future()
-        self._q.put(_Item(inputs, loop, fut))
+        if aside:
+            ready = await loop.run_in_executor(None, self._prepare_aside, inputs)
+            self._q.put(_Item(ready, loop, fut, cleaned=True))
+        else:
+            self._q.put(_Item(inputs, loop, fut))
         return await fut
+
+    def _prepare_aside(self, inputs: list[k.Input] | Prepare) -> list[k.Input]:
+        ready = inputs() if callable(inputs) else inputs
+        return [self.ledger.clean(inp) for inp in ready]
 
     def _run(self) -> None:
         while True:
@@ -116,6 +138,8 @@ class IngestQueue:
         for item in batch:
             try:
                 inputs = item.inputs() if callable(item.inputs) else item.inputs
+                if not item.cleaned:
+                    inputs = [self.ledger.clean(inp) for inp in inputs]
             except Exception as exc:  # e.g. a body that is not JSON: this request only
                 item.loop.call_soon_threadsafe(_set_exc, item.future, exc)
                 continue
@@ -126,7 +150,7 @@ class IngestQueue:
     def _decide(self, ready: list[tuple[_Item, list[k.Input]]]) -> None:
         flat = [inp for _, inputs in ready for inp in inputs]
         try:
-            outs = self.ledger.decide_many(flat)
+            outs = self.ledger.decide_many(flat, cleaned=True)
         except Exception as exc:
             # Nothing of this batch committed. One bad request must not sink the others:
             # try them one by one, and fail only those that fail alone (the sender retries).

@@ -120,11 +120,22 @@ class Ledger:
         self.rules = rules
         self.clock = clock
 
+    def clean(self, inp: k.Input) -> k.Input:
+        """``inp`` as it may be stored (a subclass redacts text from outside here)."""
+        return inp
+
     def decide(self, inp: k.Input, *, now: datetime | None = None) -> Outcome:
         return self.decide_many([inp], now=now)[0]
 
-    def decide_many(self, inputs: list[k.Input], *, now: datetime | None = None) -> list[Outcome]:
-        """Several decisions in one transaction (group commit): all commit, or none."""
+    def decide_many(
+        self, inputs: list[k.Input], *, now: datetime | None = None, cleaned: bool = False
+    ) -> list[Outcome]:
+        """Several decisions in one transaction (group commit): all commit, or none.
+
+        ``cleaned``: the caller passed every input through :meth:`clean` already (the
+        ingest queue does, for a big delivery, outside its writer thread)."""
+        if not cleaned:
+            inputs = [self.clean(i) for i in inputs]
         rules = self.rules()
         when = now or self.clock()
         with self.store.write() as tx:

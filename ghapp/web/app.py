@@ -16,6 +16,7 @@ the ``Server`` object.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import html
@@ -35,17 +36,18 @@ from ghapp.github.sansio import verify_signature
 from ghapp.runtime.details import MAX_BYTES as MAX_DETAILS_BYTES
 from ghapp.runtime.details import problem
 from ghapp.runtime.hub import Hub
-from ghapp.runtime.ingest import IngestQueue
+from ghapp.runtime.ingest import ASIDE_BYTES, IngestQueue
 from ghapp.runtime.links import CardLinks
 from ghapp.web.cards import form_choice, render_card_page
 from ghapp.web.metrics import Metrics, render_metrics
 from kernel import inputs as k
 from kernel.model import Event
 from kernel.records import Card
-from plugins.sources.github import translate
+from plugins.sources.github import event_type, translate
 
 MAX_BODY = 25 * 1024 * 1024  # GitHub caps webhook payloads at 25 MB
 FORM = "application/x-www-form-urlencoded"
+MAX_DELIVERY_ID = 200  # GitHub's delivery ids are GUIDs (36 characters)
 MAX_SOURCE_BODY = MAX_DETAILS_BYTES  # an event for a generic source: details and a few fields
 _SOURCE_TOO_LARGE = (
     f"body over {MAX_SOURCE_BODY} bytes: an event's details are kept in the ledger; "
@@ -141,20 +143,27 @@ def create_app(server: Server) -> Starlette:
         if isinstance(body, Response):
             m.inc("webhook_refused_total")
             return body
-        if not verify_signature(
-            server.webhook_secret, body, request.headers.get("x-hub-signature-256")
-        ):
+        big = len(body) > ASIDE_BYTES  # hashed, parsed and redacted off the loop and writer
+        signature = request.headers.get("x-hub-signature-256")
+        secret = server.webhook_secret
+        if big:
+            valid = await asyncio.to_thread(verify_signature, secret, body, signature)
+        else:
+            valid = verify_signature(secret, body, signature)
+        if not valid:
             m.inc("webhook_bad_signature_total")
             return _error(401, "bad or missing X-Hub-Signature-256: check the webhook secret")
         name = request.headers.get("x-github-event", "")
         delivery = request.headers.get("x-github-delivery", "")
         if not name or not delivery:
             return _error(400, "missing X-GitHub-Event or X-GitHub-Delivery header")
+        if len(delivery) > MAX_DELIVERY_ID:
+            return _error(400, f"X-GitHub-Delivery over {MAX_DELIVERY_ID} characters: not a GUID")
         form = _media_type(request) == FORM
         found: list[Event] = []
 
         def prepare() -> list[k.Input]:
-            # runs in the ingest writer, beside the rest of its group's work
+            # runs in the ingest writer, beside the rest of its group's work (or aside)
             payload = _webhook_payload(body, form=form)
             events = translate(
                 name, delivery, payload, app_slug=server.app_slug, app_id=server.app_id
@@ -162,13 +171,12 @@ def create_app(server: Server) -> Starlette:
             found.extend(events)
             if events:
                 return [k.Ingest(event=e) for e in events]
-            action = payload.get("action")
-            etype = f"{name}.{action}" if isinstance(action, str) else name
+            etype = event_type(name, payload)
             own = Event(source="github", id=delivery, type=etype, subject="github")
             return [k.Ingest(event=own, ignore="caused by this app")]
 
         try:
-            outs = await server.queue.submit(prepare)
+            outs = await server.queue.submit(prepare, aside=big)
         except _BadBody as exc:
             return _error(400, str(exc))
         events = found
@@ -228,7 +236,7 @@ def create_app(server: Server) -> Starlette:
             link=str(data.get("link") or "")[:500],
             details=details or {},
         )
-        (out,) = await server.queue.submit([k.Ingest(event=event)])
+        (out,) = await server.queue.submit([k.Ingest(event=event)], aside=len(body) > ASIDE_BYTES)
         if out.reply.code == "recorded":
             server.wake()
         return JSONResponse({"code": out.reply.code, **dict(out.reply.data)}, status_code=200)

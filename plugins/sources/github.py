@@ -36,6 +36,12 @@ prompt). ``R`` is ``owner/repo``.
 | other | ``<event>.<action>`` or ``<event>`` | ``R#<n>`` if it carries an issue or PR, | |
 | | | else ``R``, else org or account, else ``github`` | |
 
+Every stored string is bounded, so that the size of an event does not follow the size
+of a payload field: texts people write (titles, bodies, messages) at ``TEXT_MAX``
+(65,536 characters, GitHub's own limit), any other string (names, refs, SHAs, URLs) at
+``FIELD_MAX`` (2,048), and a list keeps at most ``LIST_MAX`` (1,000) names of at most
+``NAME_MAX`` (256) characters. Real payloads are far inside these bounds.
+
 ``status`` and ``deployment_status`` carry no useful action (GitHub sends none, or
 always ``created``), so their type names the state instead: a rule can listen to
 ``deployment_status.failure``. The raw ``action`` is still in ``details``.
@@ -62,13 +68,16 @@ from typing import Any
 
 from kernel.model import Event
 
-__all__ = ["KNOWN_EVENTS", "MARKER", "SOURCE", "translate"]
+__all__ = ["KNOWN_EVENTS", "MARKER", "SOURCE", "event_type", "translate"]
 
 SOURCE = "github"
 #: The hidden marker the App puts in every comment it writes.
 MARKER = "<!-- autoloop:"
 SUMMARY_MAX = 160
 TEXT_MAX = 65_536  # bodies longer than this are cut (GitHub's own limit is 65,536)
+FIELD_MAX = 2_048  # any other string (names, refs, SHAs, URLs) is cut to this
+NAME_MAX = 256  # each name in a list (labels, logins, repositories, branches)
+LIST_MAX = 1_000  # names kept of a list
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 _WS = re.compile(r"\s+")
@@ -90,12 +99,13 @@ def _m(value: object) -> Mapping[str, Any]:
 
 
 def _s(value: object) -> str | None:
-    return value if isinstance(value, str) else None
+    """A string field as stored: at most FIELD_MAX characters."""
+    return value[:FIELD_MAX] if isinstance(value, str) else None
 
 
 def _text(value: object) -> str | None:
-    text = _s(value)
-    return None if text is None else text[:TEXT_MAX]
+    """A text people write (a title, a body): at most TEXT_MAX characters."""
+    return value[:TEXT_MAX] if isinstance(value, str) else None
 
 
 def _i(value: object) -> int | None:
@@ -116,9 +126,11 @@ def _names(value: object, key: str = "name") -> list[str]:
         return []
     out: list[str] = []
     for item in value:
-        name = _s(_m(item).get(key))
-        if name is not None:
-            out.append(name)
+        name = _m(item).get(key)
+        if isinstance(name, str):
+            out.append(name[:NAME_MAX])
+            if len(out) == LIST_MAX:
+                break
     return out
 
 
@@ -670,8 +682,8 @@ def _caused_by_app(event: str, p: Payload, app_slug: str | None, app_id: int | N
         if action in actions and _i(via.get("id")) == app_id:
             return True
     comment = _m(p.get("comment"))
-    body = _s(comment.get("body"))
-    if body is not None and MARKER in body:
+    body = comment.get("body")  # read whole: the marker may sit past any cap
+    if isinstance(body, str) and MARKER in body:
         return _is_app(
             comment.get("user"), comment.get("performed_via_github_app"), app_slug, app_id
         )
@@ -679,6 +691,13 @@ def _caused_by_app(event: str, p: Payload, app_slug: str | None, app_id: int | N
 
 
 # --------------------------------------------------------------------------- entry point
+
+
+def event_type(event_name: str, payload: Mapping[str, Any]) -> str:
+    """The type of an event of this name and payload (``issues.opened``), as
+    :func:`translate` would give it: bounded, whatever the header and payload hold."""
+    p: Payload = payload if isinstance(payload, Mapping) else {}
+    return _type(_name(event_name) or "unknown", p.get("action"))
 
 
 def translate(

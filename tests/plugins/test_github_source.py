@@ -10,8 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kernel.codec import dumps
 from kernel.model import Event
-from plugins.sources.github import KNOWN_EVENTS, MARKER, translate
+from plugins.sources import github as github_source
+from plugins.sources.github import KNOWN_EVENTS, MARKER, event_type, translate
 from tests import paths
 
 FIXTURES = paths.FIXTURES / "github"
@@ -525,3 +527,67 @@ def test_translate_never_raises_when_a_real_payload_is_damaged(
         break
     for e in translate(entry["event"], "fuzz", payload, app_slug="x", app_id=1):
         json.dumps(e.details)
+
+
+# --------------------------------------------------------------------------- bounds
+
+
+def every_string(value: Any, text: str) -> Any:
+    """``value`` with each string in it replaced by ``text`` (one shared object)."""
+    if isinstance(value, dict):
+        return {k: every_string(v, text) for k, v in value.items()}
+    if isinstance(value, list):
+        return [every_string(v, text) for v in value]
+    return text if isinstance(value, str) else value
+
+
+@pytest.mark.parametrize("entry", MANIFEST["files"], ids=lambda e: e["file"])
+def test_the_caps_leave_every_example_payload_intact(
+    entry: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    payload = load(entry["file"].removeprefix("webhooks/"))
+    capped = translate(entry["event"], "d", payload)
+    for name in ("TEXT_MAX", "FIELD_MAX", "NAME_MAX", "LIST_MAX"):
+        monkeypatch.setattr(github_source, name, 1 << 40)
+    assert translate(entry["event"], "d", payload) == capped
+
+
+@pytest.mark.parametrize("entry", MANIFEST["files"], ids=lambda e: e["file"])
+def test_a_megabyte_in_every_field_gives_a_bounded_event(entry: dict[str, Any]) -> None:
+    huge = "token x/" * (1 << 17)  # 1 MiB, and slow to redact were it stored whole
+    payload = every_string(load(entry["file"].removeprefix("webhooks/")), huge)
+    events = translate(entry["event"], "d", payload)
+    assert events
+    for e in events:
+        assert len(dumps(e)) < 300_000  # three texts of 64 K, the rest at most 2 K each
+        assert len(e.subject) <= 2 * github_source.FIELD_MAX + 2
+        assert len(e.link) <= 2 * github_source.FIELD_MAX + 16  # a base URL and a SHA
+
+
+def test_a_14_mb_repository_name_is_cut_to_the_field_cap() -> None:
+    payload = load("issues/opened.json")
+    payload["repository"]["full_name"] = "o/" + "r" * 14_000_000
+    event = one("issues", payload)
+    assert event.subject == f"o/{'r' * (github_source.FIELD_MAX - 2)}#1"
+    assert event.details["repo"] == event.subject.removesuffix("#1")
+
+
+def test_a_list_keeps_at_most_its_cap_of_names() -> None:
+    payload = load("issues/labeled.json")
+    payload["issue"]["labels"] = [{"name": "n" * 5000}] * 100_000
+    labels = one("issues", payload).details["labels"]
+    assert len(labels) == github_source.LIST_MAX
+    assert {len(x) for x in labels} == {github_source.NAME_MAX}
+
+
+def test_the_app_marker_is_found_past_any_cap() -> None:
+    payload = load("issue_comment/edited.json")
+    payload["comment"]["user"] = {"login": f"{SLUG}[bot]", "type": "Bot"}
+    payload["comment"]["body"] = "x" * (github_source.TEXT_MAX + 10) + f"{MARKER} sticky -->"
+    assert translate("issue_comment", "d", payload, app_slug=SLUG) == []
+
+
+def test_event_type_is_bounded_whatever_the_header_and_action() -> None:
+    assert event_type("issues", {"action": "opened"}) == "issues.opened"
+    assert event_type("x" * 20_000, {"action": "y" * 1_000_000}) == "unknown"
+    assert event_type("issues", {"action": "a" * 1_000_000}) == "issues"
