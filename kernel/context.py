@@ -109,11 +109,17 @@ class Context:
         return None
 
     def record_event(
-        self, event: Event, *, reason: str = "", create: tuple[str, str, str, str] | None = None
+        self,
+        event: Event,
+        *,
+        reason: str = "",
+        create: tuple[str, str, str, str] | None = None,
+        content_key: str = "",
     ) -> f.EventRecorded:
         """Route and record one event; ``reason`` forces it to be recorded undispatched.
 
-        ``create`` names a matter (id, rule, subject, session) the event founds.
+        ``create`` names a matter (id, rule, subject, session) the event founds;
+        ``content_key`` is the ingest's second key (:attr:`kernel.inputs.Ingest.content_key`).
         """
         seq = self.state.last_event + 1
         routes: list[str] = []
@@ -141,6 +147,7 @@ class Context:
             new_matters=tuple(new),
             dispatched=bool(routes),
             reason=reason,
+            content_key=content_key,
         )
         self.emit(fact)
         return fact

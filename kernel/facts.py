@@ -22,6 +22,7 @@ class EventRecorded:
     new_matters: tuple[tuple[str, str, str, str], ...] = ()  # (matter, rule, subject, session)
     dispatched: bool = False
     reason: str = ""
+    content_key: str = ""  # Ingest.content_key: stored, unique, like the (source, id) key
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -255,6 +256,27 @@ FACT_TYPES: dict[str, type[Any]] = {
 def event_key(event: Event) -> str:
     """The key of an event's EventRecorded fact: one per (source, id)."""
     return f"event:{event.source}:{event.id}"
+
+
+CONTENT_PREFIX = "content:"
+
+
+def content_key(key: str) -> str:
+    """The stored form of an :attr:`kernel.inputs.Ingest.content_key`: never equal to an
+    event key, nor to any other fact's key."""
+    return CONTENT_PREFIX + key
+
+
+def is_extra_key(key: str) -> bool:
+    """True for the keys :func:`extra_keys` gives (the ledger keeps them apart)."""
+    return key.startswith(CONTENT_PREFIX)
+
+
+def extra_keys(fact: Fact) -> tuple[str, ...]:
+    """Unique keys a fact holds besides :func:`fact_key` (the ledger enforces them too)."""
+    if isinstance(fact, EventRecorded) and fact.content_key:
+        return (content_key(fact.content_key),)
+    return ()
 
 
 def fact_key(fact: Fact) -> str | None:

@@ -51,6 +51,10 @@ __all__ = [
 class Ingest:
     event: Event
     ignore: str = ""  # non-empty: record it, but dispatch it nowhere, for this reason
+    # A second key the event is recorded once under, besides (source, id): what it was
+    # made of (a webhook's event name and body, hashed), so that the same signed body
+    # sent again under a new delivery id is a duplicate. "" for none.
+    content_key: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -226,8 +226,9 @@ class State:
     # The highest event seq handed out. Not a record: a replay keeps it as it folds, and
     # the shell sets it from the store (the highest stored event row) before a decision.
     last_event: int = 0
-    # Keys (kernel.facts.event_key) of events known to be recorded: those the shell found
-    # stored among the ones Needs.event_keys named, and those the fold recorded since.
+    # Keys (kernel.facts.event_key, and content keys: kernel.facts.extra_keys) of events
+    # known to be recorded: those the shell found stored among the ones Needs.event_keys
+    # named, and those the fold recorded since.
     seen_keys: set[str] = field(default_factory=set)
 
     def put(self, rec: Record) -> Key:

@@ -72,6 +72,8 @@ def _attach(st: State, turn: str | None, fact: str, **lists: str) -> set[Key]:
 
 def _event_recorded(st: State, fact: f.EventRecorded) -> set[Key]:
     st.seen_keys.add(_event_key(fact.event))  # the same (source, id) again: a duplicate
+    if fact.content_key:  # and the same content under another id
+        st.seen_keys.add(f.content_key(fact.content_key))
     touched = {
         st.put(
             EventRow(

@@ -21,7 +21,7 @@ from kernel import actions, cards, events, pipelines, timers, turns
 from kernel import facts as f
 from kernel.context import Context
 from kernel.errors import OffTable
-from kernel.facts import event_key
+from kernel.facts import content_key, event_key
 from kernel.inputs import (
     ActionDone,
     ActionTried,
@@ -111,8 +111,9 @@ def needs(inp: Input, rules: Rules, state: State | None = None) -> Needs:
     """
     loaded = state if state is not None else _NOTHING
     match inp:
-        case Ingest(event=event, ignore=ignore):
-            keys = frozenset({event_key(event)})
+        case Ingest(event=event, ignore=ignore, content_key=content):
+            key = event_key(event)
+            keys = frozenset((key, content_key(content)) if content else (key,))
             if ignore:
                 return Needs(event_keys=keys)
             if event.matter:

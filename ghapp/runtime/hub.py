@@ -166,6 +166,7 @@ class RedactingLedger(Ledger):
                     matter=ev.matter,
                 ),
                 ignore=inp.ignore,
+                content_key=inp.content_key,
             )
         if isinstance(inp, k.Finish):
             out = inp.outcome

@@ -11,12 +11,14 @@ Every backend offers the same small interface, checked by one contract test suit
 The SQL is shared (:class:`SqlTx`); a backend supplies the connection, the
 placeholder style and the lock statement.
 
-Tables: ``facts`` (append-only), ``records`` (the projections: matters, turns, cards,
-timers, actions and the counters, with three index columns), ``events`` (one row per
-recorded event, keyed by its sequence number) and ``queued`` (one row per event waiting
-in a matter, deleted when a turn takes it). Event rows never change once written and
-are only ever read by number, so they sit in a plain table without secondary indexes:
-recording an event costs one fact, one event row and the matters it joins.
+Tables: ``facts`` (append-only), ``fact_keys`` (append-only: the unique keys a fact holds
+besides its ``fkey``, such as a webhook's content key, with the fact's seq), ``records``
+(the projections: matters, turns, cards, timers, actions and the counters, with three
+index columns), ``events`` (one row per recorded event, keyed by its sequence number)
+and ``queued`` (one row per event waiting in a matter, deleted when a turn takes it).
+Event rows never change once written and are only ever read by number, so they sit in a
+plain table without secondary indexes: recording an event costs one fact, one event row
+and the matters it joins.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
 from kernel.codec import dump_fact, dump_record, load_fact, load_record
-from kernel.facts import Fact, fact_key
+from kernel.facts import Fact, extra_keys, fact_key, is_extra_key
 from kernel.records import EventRow, Queued, Record, index_of
 from kernel.state import replay
 
@@ -106,9 +108,12 @@ class Store(Protocol):
 
 Index = tuple[str, str, str]
 _MAX_PARAMS = 900  # bound parameters in one statement (SQLite allows at least 999)
+_HAS_KEY = "SELECT 1 FROM facts WHERE fkey = ?"
+_HAS_EXTRA_KEY = "SELECT 1 FROM fact_keys WHERE fkey = ?"
 # Tagged rows: k = a stored fact key, e = the last event seq, r = a record.
 _INGEST_VIEW = (
     "SELECT 'k', fkey, '', '', '', '', '' FROM facts WHERE fkey IN ({keys}) "
+    "UNION ALL SELECT 'k', fkey, '', '', '', '', '' FROM fact_keys WHERE fkey IN ({extra}) "
     "UNION ALL SELECT 'e', CAST(max(seq) AS TEXT), '', '', '', '', '' FROM events "
     "UNION ALL SELECT 'r', kind, id, matter, state, due, data FROM records "
     "WHERE (kind = 'meta' AND id = 'counters') OR (kind = 'matter' AND id IN ({ids}))"
@@ -131,7 +136,9 @@ class SqlTx:
         return sql.replace("?", self.ph)
 
     def has_key(self, key: str) -> bool:
-        self.cur.execute(self._q("SELECT 1 FROM facts WHERE fkey = ?"), (key,))
+        """True when a fact holds ``key``: its ``fkey``, or one of its extra keys."""
+        sql = _HAS_EXTRA_KEY if is_extra_key(key) else _HAS_KEY
+        self.cur.execute(self._q(sql), (key,))
         return self.cur.fetchone() is not None
 
     def has_key_prefix(self, prefix: str) -> bool:
@@ -169,10 +176,17 @@ class SqlTx:
             recs.extend(r for r in (self.get("meta", "counters"),) if r is not None)
             recs.extend(r for mid in matters if (r := self.get("matter", mid)) is not None)
             return found, self.last_event(), recs
-        marks = ", ".join("?" for _ in keys) or "NULL"
+        plain = [key for key in keys if not is_extra_key(key)]
+        extra = [key for key in keys if is_extra_key(key)]
+        marks = ", ".join("?" for _ in plain) or "NULL"
+        extra_marks = ", ".join("?" for _ in extra) or "NULL"
         mids = ", ".join("?" for _ in matters) or "NULL"
-        sql = _INGEST_VIEW.replace("{keys}", marks).replace("{ids}", mids)
-        self.cur.execute(self._q(sql), [*keys, *matters])
+        sql = (
+            _INGEST_VIEW.replace("{keys}", marks)
+            .replace("{extra}", extra_marks)
+            .replace("{ids}", mids)
+        )
+        self.cur.execute(self._q(sql), [*plain, *extra, *matters])
         last = 0
         for tag, a, b, c, d, e, data in self.cur.fetchall():
             if tag == "k":
@@ -207,10 +221,21 @@ class SqlTx:
                 if key is not None and _unique_violation(exc):
                     raise DuplicateFact(key) from exc
                 raise
-            seqs.append(int(self.cur.fetchone()[0]))
+            seq = int(self.cur.fetchone()[0])
+            seqs.append(seq)
+            for extra in extra_keys(fact):
+                self._add_key(extra, seq)
         self._upsert(records)
         self._delete(removed)
         return seqs
+
+    def _add_key(self, key: str, seq: int) -> None:
+        try:
+            self.cur.execute(self._q("INSERT INTO fact_keys (fkey, seq) VALUES (?, ?)"), (key, seq))
+        except Exception as exc:
+            if _unique_violation(exc):
+                raise DuplicateFact(key) from exc
+            raise
 
     def _delete(self, keys: Iterable[tuple[str, str]]) -> None:
         queued: list[tuple[str, int]] = []

@@ -3,7 +3,7 @@
 The same tables and SQL as SQLite (:mod:`ghapp.store.base`). Writers serialise on a
 transaction-scoped advisory lock, so every decision sees the facts committed before
 it, whichever replica takes it. Facts are append-only: a trigger refuses UPDATE and
-DELETE on them.
+DELETE on them and on their extra keys (``fact_keys``).
 """
 
 from __future__ import annotations
@@ -25,6 +25,10 @@ SCHEMA = [
         v INTEGER NOT NULL,
         fkey TEXT UNIQUE,
         data TEXT NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS fact_keys (
+        fkey TEXT PRIMARY KEY,
+        seq BIGINT NOT NULL
     )""",
     """CREATE TABLE IF NOT EXISTS records (
         kind TEXT NOT NULL,
@@ -53,6 +57,9 @@ SCHEMA = [
        BEGIN RAISE EXCEPTION 'facts are append-only'; END; $$ LANGUAGE plpgsql""",
     "DROP TRIGGER IF EXISTS facts_append_only ON facts",
     """CREATE TRIGGER facts_append_only BEFORE UPDATE OR DELETE ON facts
+       FOR EACH ROW EXECUTE FUNCTION autoloop_facts_append_only()""",
+    "DROP TRIGGER IF EXISTS fact_keys_append_only ON fact_keys",
+    """CREATE TRIGGER fact_keys_append_only BEFORE UPDATE OR DELETE ON fact_keys
        FOR EACH ROW EXECUTE FUNCTION autoloop_facts_append_only()""",
 ]
 

@@ -2,7 +2,7 @@
 
 Writers take the database's write lock with ``BEGIN IMMEDIATE``, so several processes
 (a server, a worker, a CLI) can share one file safely. Facts are append-only: triggers
-refuse any UPDATE or DELETE on the facts table.
+refuse any UPDATE or DELETE on the facts table and on their extra keys (``fact_keys``).
 
 Checkpoints (copying the write-ahead log back into the database file, with an fsync of
 its own) run in a thread of their own with a second connection, every
@@ -37,6 +37,10 @@ CREATE TABLE IF NOT EXISTS facts (
     fkey TEXT UNIQUE,
     data TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS fact_keys (
+    fkey TEXT PRIMARY KEY,  -- a fact's unique keys besides facts.fkey (kernel.facts.extra_keys)
+    seq INTEGER NOT NULL
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS records (
     kind TEXT NOT NULL,
     id TEXT NOT NULL,
@@ -63,6 +67,10 @@ CREATE TABLE IF NOT EXISTS ledger_info (k TEXT PRIMARY KEY, v TEXT NOT NULL);
 CREATE TRIGGER IF NOT EXISTS facts_append_only_u BEFORE UPDATE ON facts
 BEGIN SELECT RAISE(ABORT, 'facts are append-only'); END;
 CREATE TRIGGER IF NOT EXISTS facts_append_only_d BEFORE DELETE ON facts
+BEGIN SELECT RAISE(ABORT, 'facts are append-only'); END;
+CREATE TRIGGER IF NOT EXISTS fact_keys_append_only_u BEFORE UPDATE ON fact_keys
+BEGIN SELECT RAISE(ABORT, 'facts are append-only'); END;
+CREATE TRIGGER IF NOT EXISTS fact_keys_append_only_d BEFORE DELETE ON fact_keys
 BEGIN SELECT RAISE(ABORT, 'facts are append-only'); END;
 """
 

@@ -2,8 +2,9 @@
 
 - ``POST /github/webhook``: verify ``X-Hub-Signature-256`` (401, nothing stored), refuse
   bodies over GitHub's 25 MB cap (413), read JSON or form-encoded (``payload=...``)
-  bodies, route on ``X-GitHub-Event``, dedupe on ``X-GitHub-Delivery``, commit to the
-  ledger, and only then answer 2xx.
+  bodies, route on ``X-GitHub-Event``, dedupe on ``X-GitHub-Delivery`` and on the
+  event name and body hashed (a signed body replayed under new delivery ids is recorded
+  once, and answered 200 as a duplicate), commit to the ledger, and only then answer 2xx.
 - ``POST /v1/in/{source}``: generic sources signed with HMAC-SHA256 over the raw body;
   bodies up to 1 MiB, details nested at most 64 levels (:mod:`ghapp.runtime.details`).
 - ``GET/POST /cards/{token}``: the page a signed card link opens, and its answer.
@@ -106,6 +107,14 @@ def _webhook_payload(body: bytes, *, form: bool) -> dict[str, Any]:
     return payload
 
 
+def _content_digest(event_name: str, body: bytes) -> str:
+    """What a delivery is made of, hashed: its event name and raw body (SHA-256)."""
+    digest = hashlib.sha256(event_name.encode("latin-1", "replace"))  # as the header came
+    digest.update(b"\n")
+    digest.update(body)
+    return digest.hexdigest()
+
+
 def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
@@ -169,11 +178,17 @@ def create_app(server: Server) -> Starlette:
                 name, delivery, payload, app_slug=server.app_slug, app_id=server.app_id
             )
             found.extend(events)
+            # GitHub signs the body only: the same body under a new delivery id is a
+            # replay (or the same event sent twice), recorded once. Each event of the
+            # delivery gets the body's key with its own suffix (":pr<N>").
+            content = "github:" + _content_digest(name, body)
             if events:
-                return [k.Ingest(event=e) for e in events]
+                return [
+                    k.Ingest(event=e, content_key=content + e.id[len(delivery) :]) for e in events
+                ]
             etype = event_type(name, payload)
             own = Event(source="github", id=delivery, type=etype, subject="github")
-            return [k.Ingest(event=own, ignore="caused by this app")]
+            return [k.Ingest(event=own, ignore="caused by this app", content_key=content)]
 
         try:
             outs = await server.queue.submit(prepare, aside=big)

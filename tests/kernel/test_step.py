@@ -6,6 +6,8 @@ import json
 
 from kernel import inputs as k
 from kernel.model import HOP_LIMIT_KEY, Trigger
+from kernel.state import replay
+from kernel.step import needs
 from tests.kernel.helpers import Kernel, ev, receipt, rule, rules_of
 
 ASK = receipt(
@@ -19,6 +21,22 @@ def test_same_source_and_id_twice_is_one_event() -> None:
     assert kn.step(k.Ingest(event=ev("1"))).reply.code == "duplicate"
     assert len(kn.state.events) == 1
     assert kn.state.pending_of("r") == (1,) and kn.state.matters["r"].waiting
+
+
+def test_the_same_content_under_a_new_id_is_a_duplicate() -> None:
+    kn = Kernel(rules_of(rule()))
+    first = k.Ingest(event=ev("d1"), content_key="github:abc")
+    assert kn.step(first).reply.code == "recorded"
+    for id_ in ("d2", "d3"):
+        d = kn.step(k.Ingest(event=ev(id_), content_key="github:abc"))
+        assert (d.reply.code, d.facts) == ("duplicate", ())
+        assert "the same body sent again" in d.reply.message
+    assert kn.step(k.Ingest(event=ev("d4"), content_key="github:abd")).reply.code == "recorded"
+    assert kn.step(k.Ingest(event=ev("d5"))).reply.code == "recorded"  # no key: no check
+    assert len(kn.state.events) == 3
+    # a replay of the facts knows the content keys too
+    assert replay(kn.facts).seen_keys == kn.state.seen_keys
+    assert needs(first, kn.rules).event_keys == {"event:local:d1", "content:github:abc"}
 
 
 def test_events_arriving_during_a_turn_form_exactly_one_next_batch() -> None:

@@ -416,13 +416,16 @@ def test_the_hubs_cleaning_keeps_every_field_of_an_ingest_and_masks_the_texts() 
         "matter": "triage/o/r#1",
     }
     assert {f.name for f in fields(Event)} == set(values), "a new Event field: add it here"
-    assert {f.name for f in fields(k.Ingest)} == {"event", "ignore"}, "a new Ingest field"
-    inp = k.Ingest(event=Event(**values), ignore="caused by this app")
+    assert {f.name for f in fields(k.Ingest)} == {"event", "ignore", "content_key"}, (
+        "a new Ingest field"
+    )
+    inp = k.Ingest(event=Event(**values), ignore="caused by this app", content_key="github:ab")
     ledger = RedactingLedger.__new__(RedactingLedger)
     ledger.redact = Redactor().redact
     out = ledger.clean(inp)
     assert isinstance(out, k.Ingest)
     assert out.ignore == "caused by this app"
+    assert out.content_key == "github:ab"  # a key, not text: kept as it is
     for name in ("source", "id", "type", "hops", "matter"):
         assert getattr(out.event, name) == values[name]
     texts = [out.event.subject, out.event.summary, out.event.link, out.event.details["body"]]

@@ -96,6 +96,32 @@ def test_duplicate_ingest_is_reported_not_stored(store: Store) -> None:
         assert tx.fact_count() == 1
 
 
+def test_a_content_key_is_stored_unique_and_found(store: Store) -> None:
+    led = ledger(store)
+    assert led.decide(k.Ingest(event=ev("1"), content_key="c:1")).reply.code == "recorded"
+    with store.read() as tx:
+        assert tx.has_key("content:c:1") and tx.has_key("event:local:1")
+        assert not tx.has_key("content:c:2")
+        assert tx.ingest_view(["content:c:1", "event:local:1", "event:local:2"], [])[0] == {
+            "content:c:1",
+            "event:local:1",
+        }
+    assert led.decide(k.Ingest(event=ev("2"), content_key="c:1")).reply.code == "duplicate"
+    assert led.decide_many([k.Ingest(event=ev("3"), content_key="c:1")])[0].reply.code == (
+        "duplicate"
+    )
+    fact = EventRecorded(
+        seq=9, event=Event(source="x", id="9", type="t", subject="s"), at="", content_key="c:1"
+    )
+    with pytest.raises(DuplicateFact, match="content:c:1"), store.write() as tx:
+        tx.append([fact], [])
+    with store.read() as tx:
+        assert tx.fact_count() == 1
+    with pytest.raises(Exception, match="append-only"), store.write() as tx:
+        tx.cur.execute("DELETE FROM fact_keys")  # type: ignore[attr-defined]
+    assert led.check() == []
+
+
 def test_facts_are_append_only(store: Store) -> None:
     ledger(store).decide(k.Ingest(event=ev("1")))
     with pytest.raises(Exception, match="append-only"), store.write() as tx:

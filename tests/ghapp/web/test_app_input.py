@@ -13,6 +13,7 @@ import json
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -212,3 +213,59 @@ def test_a_huge_field_is_stored_cut_and_does_not_hold_other_acks(tmp_path: Path)
         assert longest < 20_000  # the fact was 8 MB
         (row,) = [e for e in events_in(live) if e.event.id == "big"]
         assert len(row.event.subject) == 2_048 + len("#1")
+
+
+# ---------------------------------------------------------------- replays
+
+
+def answers(resps: list[httpx.Response]) -> list[tuple[int, bool]]:
+    return [(r.status_code, r.json()["duplicate"]) for r in resps]
+
+
+def test_a_signed_body_replayed_under_new_delivery_ids_is_recorded_once(
+    tmp_path: Path,
+) -> None:
+    body = fixture("issues/opened.json")
+    home = tmp_path / "h"
+    with live_server(home, RULES, env=GITHUB_ENV, start_worker=False) as live:
+        first = post_webhook(live, "issues", body, delivery="original")
+        replays = [post_webhook(live, "issues", body) for _ in range(50)]
+        # GitHub's own redelivery: the same id and body
+        again = post_webhook(live, "issues", body, delivery="original")
+        assert answers([first]) == [(200, False)]
+        assert answers([*replays, again]) == [(200, True)] * 51
+        assert [row.event.id for row in events_in(live)] == ["original"]
+    # the key is in the ledger: a restart remembers it
+    with live_server(home, RULES, env=GITHUB_ENV, start_worker=False) as live:
+        assert answers([post_webhook(live, "issues", body)]) == [(200, True)]
+        # the same body under another event name is another delivery
+        assert answers([post_webhook(live, "issue_comment", body)]) == [(200, False)]
+        # and one changed byte makes another body
+        edited = body.replace(b'"opened"', b'"reopened"', 1)
+        assert answers([post_webhook(live, "issues", edited)]) == [(200, False)]
+        assert len(events_in(live)) == 3
+
+
+def test_a_replayed_delivery_of_several_events_is_a_duplicate_for_each(
+    tmp_path: Path,
+) -> None:
+    payload = json.loads(fixture("check_suite/completed.json"))
+    second = dict(payload["check_suite"]["pull_requests"][0], number=7)
+    payload["check_suite"]["pull_requests"].append(second)
+    body = json.dumps(payload).encode()
+    with live_server(tmp_path / "h", RULES, env=GITHUB_ENV, start_worker=False) as live:
+        first = post_webhook(live, "check_suite", body, delivery="d1")
+        replay = post_webhook(live, "check_suite", body, delivery="d2")
+        assert (first.json()["events"], first.json()["duplicate"]) == (2, False)
+        assert (replay.status_code, replay.json()["duplicate"]) == (200, True)
+        assert sorted(row.event.id for row in events_in(live)) == ["d1:pr2", "d1:pr7"]
+
+
+def test_replays_in_one_burst_are_recorded_once(tmp_path: Path) -> None:
+    body = fixture("pull_request/opened.json")
+    with live_server(tmp_path / "h", RULES, env=GITHUB_ENV, start_worker=False) as live:
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            resps = list(pool.map(lambda _: post_webhook(live, "pull_request", body), range(32)))
+        assert {r.status_code for r in resps} == {200}
+        assert sorted(r.json()["duplicate"] for r in resps) == [False] + [True] * 31
+        assert len(events_in(live)) == 1
