@@ -21,7 +21,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from ghapp.commands.home import Home, home_from_env, init_home
+from ghapp.commands.home import Home, db_url, home_from_env, init_home, start_new_ledger
 from ghapp.runtime.details import read_details
 from ghapp.store.base import StoreError
 from kernel.codec import to_data
@@ -60,7 +60,11 @@ def cmd_init(args: argparse.Namespace) -> int:
     made = init_home(home)
     for path in made:
         print(f"created {path}")
-    if not made:
+    if args.new_ledger:
+        ledger = start_new_ledger(home, db_url(os.environ, home))
+        Home.open(home=home).store.close()  # creates it, and the home remembers it
+        print(f"started a new, empty ledger at {ledger}")
+    elif not made:
         print(f"{home} is already set up (rules.json and master.key kept)")
     print(f"next: edit {home / 'rules.json'}, then 'autoloop emit local hello.world demo --id 1'")
     return 0
@@ -537,6 +541,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     s = sub.add_parser("init", help="create AUTOLOOP_HOME, a starter rules.json and master.key")
+    s.add_argument(
+        "--new-ledger",
+        action="store_true",
+        help="start an empty ledger where this home's ledger is missing or empty",
+    )
     s.set_defaults(func=cmd_init)
 
     s = sub.add_parser("emit", help="record a local event")

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from ghapp.runtime.hub import LEASE_MARGIN_S, Hub, clock_from_env, load_rules, rules_path
-from ghapp.store.base import Store, open_store
+from ghapp.store.base import Store, StoreError, open_store
+from ghapp.store.sqlite import sqlite_file
 from kernel.errors import ConfigError
 from kernel.model import Rules
 from kernel.rules import starter_rules_text
@@ -55,6 +56,101 @@ def init_home(home: Path, *, rules_text: str | None = None) -> list[str]:
             fh.write(secrets.token_hex(32) + "\n")
         made.append(str(key))
     return made
+
+
+# -- the ledgers a home has used ------------------------------------------------------
+#
+# SQLite makes a new, empty database wherever it is asked to open a missing or empty
+# file. For a home that has used its ledger, that would quietly start over without its
+# history. So the home lists the SQLite ledgers it has opened (KNOWN_LEDGERS, one path a
+# line), and a listed ledger that is missing or empty is refused until it is restored
+# or ``autoloop init --new-ledger`` says to start anew. A home from before the list
+# counts as used when it holds turn folders.
+
+KNOWN_LEDGERS = "known-ledgers"
+NEW_LEDGER_HINT = (
+    "restore it from a backup (with its -wal file if there is one), or run "
+    "'autoloop init --new-ledger' to start anew with an empty ledger"
+)
+
+
+def _known_ledgers(home: Path) -> list[str] | None:
+    """The ledgers listed in the home; None when there is no list."""
+    try:
+        text = (home / KNOWN_LEDGERS).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def _ledger_key(ledger: Path) -> str:
+    return str(ledger.expanduser().resolve())
+
+
+def _used(home: Path, ledger: Path) -> bool:
+    known = _known_ledgers(home)
+    if known is not None:
+        return _ledger_key(ledger) in known
+    turns = home / "turns"  # a home from before the list: turn folders say it was used
+    return ledger == home / "ledger.db" and turns.is_dir() and any(turns.iterdir())
+
+
+def _gone(ledger: Path) -> str | None:
+    """How a ledger file is gone ("missing", "empty"), or None when it holds something."""
+    try:
+        size = ledger.stat().st_size
+    except FileNotFoundError:
+        return "missing"
+    except OSError:
+        return None  # unreadable: opening it says why
+    return "empty" if size == 0 else None
+
+
+def check_ledger_kept(home: Path, ledger: Path) -> None:
+    """Refuse a ledger this home has used that is now missing or empty (StoreError)."""
+    gone = _gone(ledger)
+    if gone is not None and _used(home, ledger):
+        raise StoreError(
+            f"the ledger {ledger} is {gone}, but this home has used it: the history it held "
+            f"(events, turns, cards) is gone; {NEW_LEDGER_HINT}"
+        )
+
+
+def remember_ledger(home: Path, ledger: Path) -> None:
+    """List ``ledger`` among the ones this home has used (nothing when the home is not a
+    folder: a ledger elsewhere with no home to remember it)."""
+    known = _known_ledgers(home) or []
+    key = _ledger_key(ledger)
+    if key in known or not home.is_dir():
+        return
+    with contextlib.suppress(OSError), open(home / KNOWN_LEDGERS, "a", encoding="utf-8") as fh:
+        fh.write(key + "\n")
+
+
+def start_new_ledger(home: Path, url: str) -> Path:
+    """Let a missing or empty SQLite ledger start anew (``autoloop init --new-ledger``):
+    the home forgets it, an empty file is removed, and the next open creates it.
+
+    Raises StoreError when the ledger still holds something, or is not SQLite."""
+    ledger = sqlite_file(url)
+    if ledger is None:
+        raise StoreError(
+            "--new-ledger is for a SQLite ledger; AUTOLOOP_DB names another: nothing to do"
+        )
+    gone = _gone(ledger)
+    if gone is None:
+        raise StoreError(
+            f"the ledger {ledger} is still there: --new-ledger only starts anew where it is "
+            "missing or empty; move it away first if you mean to drop its history"
+        )
+    if gone == "empty":
+        ledger.unlink()
+    known = _known_ledgers(home)
+    if known is not None:
+        key = _ledger_key(ledger)
+        text = "".join(line + "\n" for line in known if line != key)
+        (home / KNOWN_LEDGERS).write_text(text, encoding="utf-8")
+    return ledger
 
 
 def lease_margin_from_env(env: Mapping[str, str]) -> float:
@@ -122,7 +218,13 @@ class Home:
         env = dict(os.environ if env is None else env)
         home = home or home_from_env(env)
         clock = clock_from_env(env)
-        store = open_store(db_url(env, home))
+        url = db_url(env, home)
+        ledger = sqlite_file(url)
+        if ledger is not None:
+            check_ledger_kept(home, ledger)
+        store = open_store(url)
+        if ledger is not None:
+            remember_ledger(home, ledger)
         return cls(home=home, env=env, store=store, clock=clock)
 
     def rules(self) -> Rules:

@@ -79,6 +79,14 @@ SYNC_MODES = {"full": True, "off": False}
 BACKSTOP_PAGES = 4_000  # 16 MB of log at 4 KB pages: then a commit checkpoints itself
 
 
+def sqlite_file(url: str) -> Path | None:
+    """The file of a ``sqlite:`` ledger URL; None for another backend or an in-memory one."""
+    if not url.startswith("sqlite:"):
+        return None
+    path, _ = _split_url(url)
+    return None if path in ("", ":memory:") else Path(path)
+
+
 def _split_url(url: str) -> tuple[str, bool | None]:
     """The file path of a ``sqlite:`` URL and its ``sync`` query (None when absent)."""
     path = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else url

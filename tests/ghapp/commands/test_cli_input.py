@@ -193,3 +193,68 @@ def test_rebuild_on_corrupt_facts_is_one_line(home: Home, data: str) -> None:
         )
     for args in (("rebuild", "--check"), ("rebuild",)):
         refused(home.run(*args, ok=False), "fact 2 of the ledger cannot be read", "backup")
+
+
+# ------------------------------------------------------------------- a lost ledger
+
+
+def drop_ledger(home: Home, *, keep_empty: bool = False) -> None:
+    for name in ("ledger.db", "ledger.db-wal", "ledger.db-shm"):
+        (home.home / name).unlink(missing_ok=True)
+    if keep_empty:
+        (home.home / "ledger.db").write_bytes(b"")
+
+
+@pytest.mark.parametrize("keep_empty", [False, True], ids=["deleted", "emptied"])
+def test_a_lost_ledger_is_refused_not_replaced_by_an_empty_one(
+    home: Home, keep_empty: bool
+) -> None:
+    home.emit("x", "s", "1")
+    drop_ledger(home, keep_empty=keep_empty)
+    for command in (("status",), ("emit", "local", "x", "s", "--id", "2"), ("drain",)):
+        line = refused(home.run(*command, ok=False), "ledger.db", "history", "backup")
+        assert ("is empty" if keep_empty else "is missing") in line
+        assert "autoloop init --new-ledger" in line
+    ledger = home.home / "ledger.db"
+    assert ledger.exists() == keep_empty and (not keep_empty or ledger.stat().st_size == 0)
+    # the owner chooses to start anew
+    assert "started a new, empty ledger" in home.run("init", "--new-ledger").stdout
+    home.emit("x", "s", "3")
+    assert [e["id"] for e in events(home)] == ["3"]
+
+
+def test_serve_refuses_a_lost_ledger_with_one_line(home: Home) -> None:
+    home.emit("x", "s", "1")
+    drop_ledger(home)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ghapp.commands.cli", "serve", "--port", "0"],
+        cwd=ROOT,
+        env=home.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    refused(proc, "autoloop serve:", "is missing", "--new-ledger")
+
+
+def test_a_new_ledger_is_not_made_over_one_that_holds_history(home: Home) -> None:
+    home.emit("x", "s", "1")
+    refused(home.run("init", "--new-ledger", ok=False), "still there", "move it away")
+    assert len(events(home)) == 1
+
+
+def test_a_brand_new_home_starts_its_ledger(tmp_path: Path) -> None:
+    fresh = Home(tmp_path)
+    fresh.rules(RULES)
+    assert not (fresh.home / "ledger.db").exists()
+    fresh.emit("x", "s", "1")
+    assert len(events(fresh)) == 1
+
+
+def test_a_home_from_before_the_list_with_turns_is_guarded_too(home: Home) -> None:
+    home.emit("x", "s", "1")
+    (home.home / "known-ledgers").unlink()
+    (home.home / "turns" / "t1").mkdir(parents=True)
+    drop_ledger(home)
+    refused(home.run("status", ok=False), "is missing")
