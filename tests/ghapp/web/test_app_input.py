@@ -74,6 +74,11 @@ def test_generic_source_takes_a_signed_event(tmp_path: Path) -> None:
             "order-7",
         )
         assert dict(row.event.details) == {"total": 12}
+        # a body over 64 KiB is prepared beside the ingest writer: the same result
+        big = {"lines": ["x" * 100] * 2_000}
+        assert post_source(live, source_event(id="big", details=big)).status_code == 200
+        (row,) = [e for e in events_in(live) if e.event.id == "big"]
+        assert dict(row.event.details) == big
 
 
 def test_non_ascii_bytes_in_the_source_signature_are_401_not_500(tmp_path: Path) -> None:
