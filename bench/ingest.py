@@ -226,22 +226,29 @@ def stop(child: Child) -> None:
 
 
 class Deliveries:
-    """Signed requests, prepared ahead: one body per subject, a fresh delivery id each."""
+    """Signed requests, prepared ahead: a body per subject, a fresh delivery id each.
+
+    Each body differs from every other by its ``issue.updated_at``, as GitHub's do (the
+    hub records a body sent again under a new delivery id once: a replay)."""
+
+    MARK = b"UPDATED-AT"
 
     def __init__(self, subjects: int) -> None:
         payload = json.loads(PAYLOAD.read_text())
-        self.bodies: list[tuple[bytes, str]] = []
+        payload["issue"]["updated_at"] = self.MARK.decode()
+        self.bodies: list[bytes] = []
         for n in range(subjects):
             payload["issue"]["number"] = n + 1
-            body = json.dumps(payload).encode()
-            self.bodies.append((body, sign(SECRET, body)))
+            self.bodies.append(json.dumps(payload).encode())
         self.n = 0
 
     def make(self, count: int, tag: str) -> list[tuple[bytes, bytes]]:
         """``count`` requests as (headers, body) bytes."""
         out = []
         for _ in range(count):
-            body, signature = self.bodies[self.n % len(self.bodies)]
+            at = f"2026-01-01T00:00:00.{self.n:09d}Z".encode()
+            body = self.bodies[self.n % len(self.bodies)].replace(self.MARK, at)
+            signature = sign(SECRET, body)
             self.n += 1
             head = (
                 "POST /github/webhook HTTP/1.1\r\nhost: 127.0.0.1\r\n"

@@ -36,3 +36,5 @@ def test_delivery_ids_are_read_back_from_the_prepared_requests() -> None:
     assert ingest._ids([head for head, _ in requests]) == {"t-1", "t-2", "t-3", "t-4"}
     head, body = requests[0]
     assert f"content-length: {len(body)}".encode() in head
+    # every body differs, as GitHub's do: the same body again would be a replay
+    assert len({body for _, body in requests}) == 4

@@ -89,10 +89,13 @@ def start_server(home: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
 
 
 def bodies(count: int) -> list[tuple[str, bytes]]:
+    """Deliveries over SUBJECTS issues, each body its own (GitHub's differ at least by
+    ``updated_at``; the same body under a new delivery id is recorded once, a replay)."""
     payload = json.loads(PAYLOAD.read_text())
     out = []
     for n in range(count):
         payload["issue"]["number"] = 1 + n % SUBJECTS
+        payload["issue"]["updated_at"] = f"2026-01-01T00:00:00.{n:06d}Z"
         out.append((f"crash-{n:05d}", json.dumps(payload).encode()))
     return out
 
