@@ -100,6 +100,10 @@ class Delivery:
     progress_seq: int = 0
     progress_digest: str = ""
     policy_problem: str = ""  # the policy problem last shown, "" when none
+    # What it waits for at rest (the decision's Waiting), kept so that the ledger tells
+    # the delivery's story: "" once it has ended.
+    waiting_on: str = ""
+    waiting_for: str = ""
 
     @property
     def terminal(self) -> bool:
