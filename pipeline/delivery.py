@@ -105,6 +105,10 @@ class Delivery:
     # When it took its place in the merge line of its base; kept while its own branch
     # update takes it back through checks (it keeps its place), "" once it leaves.
     queued_at: str = ""
+    # What it waits for at rest (the decision's Waiting), kept so that the ledger tells
+    # the delivery's story: "" once it has ended.
+    waiting_on: str = ""
+    waiting_for: str = ""
 
     @property
     def terminal(self) -> bool:

@@ -256,8 +256,9 @@ def _block(ctx: Ctx, at: Stage) -> None:
 
 
 def _finish(ctx: Ctx, queued: bool, problem: PolicyProblem | None) -> Step:
+    waiting = ctx.waiting if ctx.d.stage not in TERMINAL else None
+    ctx.set(waiting_on=waiting.on if waiting else "", waiting_for=waiting.what if waiting else "")
     d = ctx.d
-    waiting = ctx.waiting if d.stage not in TERMINAL else None
     shown = render(d, waiting=waiting.what if waiting else "", problem=problem)
     digest = hashlib.sha256(
         "\0".join(

@@ -12,6 +12,7 @@
 - ``outcomes``: ``effect_action`` (an effect as an action) and ``write_result`` (an
   action's record as the pipeline's answer)
 - ``version``: ``probe_version``, the live-version probe
+- ``story``: ``read_story``, a delivery's story told from the ledger (``autoloop why``)
 - ``channel``: ``GitHubCommentChannel``, a card as one comment
 - ``answers``: ``AnswerDesk``, ``/answer CARD N`` comments as answers
 - ``sweeper``: ``Sweeper``, what the webhooks missed, found again
