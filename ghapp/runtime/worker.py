@@ -151,6 +151,12 @@ class WorkerLoop:
         )
         try:
             out = self.hub.run(turn)
+        except Exception as exc:  # e.g. the ledger cannot record the end (a full disk)
+            # The future's result is never read: say it here, in one line. The turn stays
+            # running until its lease lapses, then its matter's events run again.
+            log.error("turn %s could not be ended: %s: %s", turn.id, type(exc).__name__, exc)
+            return None
+        else:
             log.info("turn %s ended: %s", turn.id, out.reply.message)
             return out
         finally:
