@@ -90,8 +90,14 @@ class WorkerLoop:
         while not self._stop.is_set():
             try:
                 self.look(woken=woken)
-            except Exception:  # keep serving; the failure is logged (redacted)
-                log.exception("worker loop step failed")
+            except Exception as exc:  # keep serving; the failure is logged (redacted)
+                # One line (a full disk would repeat it); the traceback only when debugging.
+                log.error(
+                    "worker loop step failed: %s: %s",
+                    type(exc).__name__,
+                    exc,
+                    exc_info=log.isEnabledFor(logging.DEBUG),
+                )
             woken = self._wake.wait(self.sleep_s())
             self._wake.clear()
 
