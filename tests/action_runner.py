@@ -179,9 +179,12 @@ class Runner:
         payload["sender"] = comment["user"] if login == BOT else self.person(login)
         return payload
 
-    def pull_labeled(self, number: int, label: str, sender: str) -> dict[str, Any]:
-        """``pull_request.labeled`` as GitHub sends it for ``number`` as it is now."""
-        path = WEBHOOKS / "pull_request" / "labeled.json"
+    def pull_labeled(
+        self, number: int, label: str, sender: str, action: str = "labeled"
+    ) -> dict[str, Any]:
+        """``pull_request.labeled`` (or ``unlabeled``) as GitHub sends it for ``number`` as
+        it is now."""
+        path = WEBHOOKS / "pull_request" / f"{action}.json"
         payload: dict[str, Any] = json.loads(path.read_text())
         pull = self.reader.get_pull(self.gh.repo, number)
         keep = ("number", "state", "title", "body", "user", "labels", "head", "base", "draft")

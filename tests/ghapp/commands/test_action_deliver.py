@@ -293,6 +293,48 @@ def test_the_check_run_carries_the_state_when_the_comment_did_not_take_it(
     assert stage_shown(r, number) == "delivered"
 
 
+def test_a_delivery_that_ended_starts_again_only_on_a_new_label(runner: Runner) -> None:
+    r = runner
+    number, head = prepare(r)
+    r.gh.world.add_label("maintainer", number, "deliver")
+    labelled = r.pull_labeled(number, "deliver", "maintainer")
+    ok(r.run("pull_request", labelled, run_id=8151, AUTOLOOP_MODE="deliver"))
+    r.gh.world.remove_label("maintainer", number, "deliver")
+    unlabelled = r.pull_labeled(number, "deliver", "maintainer", action="unlabeled")
+    cancelled = ok(r.run("pull_request", unlabelled, run_id=8152, AUTOLOOP_MODE="deliver"))
+    assert cancelled.outputs["stage"] == "cancelled"
+    assert own_runs(r, head) == [("completed", "neutral")]
+
+    # Someone re-runs the first run in a fresh home, with the label back on: its event is
+    # older than the end of the delivery, so nothing starts again.
+    r.gh.world.add_label("maintainer", number, "deliver")
+    before = len(r.writes())
+    fresh = str(r.tmp / "rerun")
+    rerun = ok(
+        r.run(
+            "pull_request",
+            labelled,
+            run_id=8151,
+            attempt=2,
+            AUTOLOOP_MODE="deliver",
+            AUTOLOOP_HOME=fresh,
+        )
+    )
+    assert rerun.outputs["stage"] == ""
+    assert len(r.writes()) == before
+
+    # The new label event starts run 2 of the delivery; its progress is shown (its seq
+    # goes on from the one the pull request shows).
+    again = r.pull_labeled(number, "deliver", "maintainer")
+    restarted = ok(r.run("pull_request", again, run_id=8153, AUTOLOOP_MODE="deliver"))
+    assert restarted.outputs["stage"] == "checks"
+    (comment,) = sticky(r, number)
+    state = decode_state(comment["body"])
+    assert state is not None and (state["run"], state["stage"]) == (2, "checks")
+    assert own_runs(r, head) == [("in_progress", None)]
+    assert merges(r) == 0
+
+
 # --------------------------------------------------------------------------- cards
 
 
