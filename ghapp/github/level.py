@@ -37,12 +37,13 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, get_args
 
 import httpx
 
 from ghapp.github.carried import Carried, encode_state, read_carried
 from ghapp.github.client import GitHubClient
+from ghapp.github.delivery import shown_seq
 from ghapp.github.errors import GitHubError, NotFound, Unauthorized
 from ghapp.github.executor import GitHubExecutor
 from ghapp.github.level_cards import CardAnswers, card_name, instant
@@ -52,7 +53,7 @@ from ghapp.github.readcache import ReadCache
 from ghapp.github.reviews import ReviewJob, Reviews
 from ghapp.github.snapshot import Extras, read_policy, read_snapshot
 from ghapp.github.version import compare_with, probe_version
-from ghapp.github.writes import Target
+from ghapp.github.writes import Target, find_marked, marker
 from ghapp.runtime.hub import Hub
 from kernel.codec import to_data
 from kernel.durations import iso
@@ -80,7 +81,7 @@ from pipeline import (
     start,
 )
 from pipeline.render import render
-from pipeline.stages import Mode
+from pipeline.stages import Mode, Stage
 from plugins.protocols import ActionFailed
 
 __all__ = ["SHORT_WAITS_S", "SHORT_WAIT_S", "LevelDeliveries", "Moved"]
@@ -92,6 +93,8 @@ SHORT_WAITS_S = 30.0  # and no more than this in all, per run
 MAX_DECISIONS = 12  # decisions per delivery per run (answers feed back at once)
 VERSIONS_KEPT = 20  # probe answers kept in the state (the newest)
 _SHELL_KEYS = ("versions", "findings")
+STAGES: frozenset[str] = frozenset(get_args(Stage))
+MODES: frozenset[str] = frozenset(get_args(Mode))
 
 JSON = dict[str, Any]
 
@@ -135,6 +138,7 @@ class _Work:
     findings: ReviewFindings | None
     old: str  # the state as rebuilt, serialised ("" when there was none)
     seq: int  # the progress seq shown on the pull request
+    shown_at: str = ""  # when GitHub last saw that state written (the comment's updated_at)
     last: Step | None = None
     progress: Progress | None = None
     results: list[WriteResult] = field(default_factory=list)
@@ -276,17 +280,25 @@ class LevelDeliveries:
         work = self._rebuild(carried) if carried is not None else None
         if work is not None and about is not None and not concerned(work.delivery, pull, about):
             return None
+        moved.rebuilt_from = carried.where if carried is not None else ""
         if work is None or work.delivery.terminal:
             labeled = event is not None and event.type == "pull_request.labeled"
             by = _text(event.details, "sender") if event is not None and labeled else ""
-            started = self._start(t, pull, scope, work, by=by)
+            # The seq shown goes on, whatever was there before (an unreadable state, or
+            # progress shown by a server): a lower one would never be shown.
+            shown = shown_seq(find_marked(comments, marker("deliver", str(t)), self.bot_login))
+            started = self._start(t, pull, scope, work, by=by, shown=shown)
             if started is None:
-                return None
+                if work is None or about is not None:
+                    return None
+                # The event's own pull request, whose delivery ended: say where it is.
+                moved.mode = work.delivery.mode
+                moved.before = moved.after = work.delivery.stage
+                return work
             work = started
             moved.started = True
         else:
             moved.before = work.delivery.stage
-        moved.rebuilt_from = carried.where if carried is not None else ""
         moved.mode = work.delivery.mode
         self._decide(t, work, scope.policy, comments, moved)
         self._keep(t, work, scope.policy, moved)
@@ -306,19 +318,31 @@ class LevelDeliveries:
             versions = [VersionObservation(**v) for v in data.get("versions") or ()]
             raw = data.get("findings")
             findings = ReviewFindings(**raw) if isinstance(raw, Mapping) else None
-        except (TypeError, ValueError) as exc:
+            if delivery.stage not in STAGES or delivery.mode not in MODES:
+                raise ValueError(f"stage {delivery.stage!r} in mode {delivery.mode!r}")
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:
             where = f"{data.get('repo')}#{data.get('number')}"
             log.warning("the delivery state on %s is not readable: %s", where, exc)
             return None
         seq = max(carried.seq, delivery.progress_seq)
         delivery = replace(delivery, progress_seq=seq)
         old = _dump(_data(delivery, versions, findings))
-        return _Work(delivery, versions, findings, old=old, seq=seq)
+        comment = carried.comment or {}
+        shown_at = comment.get("updated_at") if carried.where == "comment" else None
+        return _Work(
+            delivery,
+            versions,
+            findings,
+            old=old,
+            seq=seq,
+            shown_at=shown_at if isinstance(shown_at, str) else "",
+        )
 
     def _start(
-        self, t: Target, pull: JSON, scope: _Scope, ended: _Work | None, *, by: str
+        self, t: Target, pull: JSON, scope: _Scope, ended: _Work | None, *, by: str, shown: int
     ) -> _Work | None:
-        """A new delivery for a labelled open pull request, or None."""
+        """A new delivery for a labelled open pull request, or None. ``shown``: the
+        progress seq the pull request shows now (the new delivery's seq goes on from it)."""
         labels, relabeled = scope.labels, scope.relabeled
         if pull.get("state") != "open":
             return None
@@ -332,14 +356,18 @@ class LevelDeliveries:
         run, seq = 1, 0
         if ended is not None:
             # A delivery that ended (delivered, cancelled, a person's "stop") starts again
-            # only on a new label event made after it ended, never on a re-run of an old one.
+            # only on a label event made after its end was shown, never on a re-run of an
+            # older one. Both instants are GitHub's (to the second) when the comment holds
+            # the state; else the end is the runner's.
             if t.number not in relabeled:
                 return None
-            ended_at = ended.delivery.history[-1].at if ended.delivery.history else ""
+            last = ended.delivery.history[-1].at if ended.delivery.history else ""
+            ended_at = ended.shown_at or last
             at = relabeled[t.number]
-            if at and ended_at and instant(at) <= instant(ended_at):
+            if at and ended_at and instant(at) < instant(ended_at).replace(microsecond=0):
                 return None
             run, seq = ended.delivery.run + 1, ended.seq
+        seq = max(seq, shown)
         head = _head(pull)
         delivery = start(
             repo=t.repo,
