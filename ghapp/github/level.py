@@ -126,9 +126,6 @@ class LevelDeliveries:
         Raises only when the run as a whole cannot go on (the policy cannot be read, the
         credentials are refused); one delivery's trouble is in its :class:`Moved`.
         """
-        policy = read_policy(self.client, repo, agents=frozenset(self.hub.rules().agents))
-        labels = policy.labels if isinstance(policy, Policy) else Labels()
-        scope = _Scope(policy, labels, dict(relabeled or {}))
         named: dict[int, Event] = {}
         about: list[Event] = []  # events naming no pull request
         for event in events:
@@ -137,6 +134,11 @@ class LevelDeliveries:
                 named.setdefault(number, event)
             elif names_none(event):
                 about.append(event)
+        if not named and not about:
+            return []  # an issue's own events: nothing to read
+        policy = read_policy(self.client, repo, agents=frozenset(self.hub.rules().agents))
+        labels = policy.labels if isinstance(policy, Policy) else Labels()
+        scope = _Scope(policy, labels, dict(relabeled or {}))
         pulls: dict[int, JSON | None] = dict.fromkeys(named)
         if about:
             for pull in labelled_pulls(self.client, repo, labels, policy, self.hub.clock()):

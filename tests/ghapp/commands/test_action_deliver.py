@@ -482,3 +482,43 @@ def test_the_summary_names_the_card_of_a_triage_and_the_stage_of_a_delivery_in_a
     triaged = ok(r.run("issues", r.issue_opened(issue), run_id=8902, AUTOLOOP_MODE="auto"))
     assert triaged.outputs == {"turns": "1", "cards": "1", "stage": ""}
     assert not re.search(r"\| delivery \|", triaged.summary)
+
+
+def test_a_review_agent_runs_in_the_job_and_reviews_each_head_once(runner: Runner) -> None:
+    """``review = "agent:demo"`` with ``deliver-review``: the agent reviews the PR's data
+    files in the job, and its findings are one review by the token's bot."""
+    r = runner
+    world = r.gh.world
+    world.push(
+        "maintainer", "main", {".github/autoloop.toml": '[deliver]\nreview = "agent:demo"\n'}
+    )
+    number = world.open_pr("contributor", "feature", "Add it", {"feature.py": "x = 1\n"})
+    head = r.gh.sandbox.state.repos[r.gh.repo].branches["feature"]
+    world.add_label("maintainer", number, "deliver-review")
+    payload = r.pull_labeled(number, "deliver-review", "maintainer")
+    fresh = {"AUTOLOOP_MODE": "deliver", "AUTOLOOP_HOME": str(r.tmp / "review-1")}
+    reviewed = ok(r.run("pull_request", payload, run_id=9001, **fresh))
+    assert reviewed.outputs["stage"] == "reviewed"
+    assert "`github.review:done`" in reviewed.summary
+    reviews = [
+        (x.state, x.commit_id)
+        for x in r.gh.sandbox.state.repos[r.gh.repo].reviews.values()
+        if x.number == number and x.user == BOT
+    ]
+    assert reviews == [("COMMENTED", head)]
+    assert own_runs(r, head) == [("completed", "success")]
+    # The clock's run, in another fresh home, finds the head reviewed: nothing to do.
+    before = len(r.writes())
+    fresh["AUTOLOOP_HOME"] = str(r.tmp / "review-2")
+    ok(r.run("schedule", r.schedule(), run_id=9002, **fresh))
+    assert len(r.writes()) == before
+
+
+def test_an_issue_in_mode_auto_reads_nothing_for_the_delivery(runner: Runner) -> None:
+    """The delivery's policy is never read for an issue's event: a GitHub that cannot
+    serve it does not fail the triage."""
+    r = runner
+    r.gh.world.faults.add("error_502", method="GET", path="*/contents/*", times=None)
+    issue = r.gh.world.open_issue("reader", "Crash", body="It crashes.")
+    ran = ok(r.run("issues", r.issue_opened(issue), run_id=9101, AUTOLOOP_MODE="auto"))
+    assert ran.outputs == {"turns": "1", "cards": "1", "stage": ""}
