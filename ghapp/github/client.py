@@ -421,6 +421,8 @@ class GitHubClient:
         params: Mapping[str, Any] | None = None,
         key: str | None = None,
         limit: int | None = None,
+        *,
+        keep: Callable[[JSON], bool] | None = None,
     ) -> list[JSON]:
         per_page = PER_PAGE if limit is None else max(1, min(limit, PER_PAGE))
         first = {**(params or {}), "per_page": per_page}
@@ -430,7 +432,7 @@ class GitHubClient:
                 return self._repo("GET", repo, path, params=first)
             return self._repo("GET", repo, path, url=url)
 
-        return self._pages(fetch, key, limit=limit)
+        return self._pages(fetch, key, keep=keep, limit=limit)
 
     # ----------------------------------------------------------------------- repository
 
@@ -512,13 +514,22 @@ class GitHubClient:
         state: str = "open",
         head: str | None = None,
         base: str | None = None,
+        sort: str | None = None,
+        direction: str | None = None,
+        keep: Callable[[JSON], bool] | None = None,
     ) -> list[JSON]:
+        """Pull requests (GitHub's order: newest created first; ``sort="updated"``: most
+        recently updated first). ``keep``: stop at the first one it refuses."""
         params: JSON = {"state": state}
         if head:
             params["head"] = head
         if base:
             params["base"] = base
-        return self._repo_pages(repo, "/pulls", params)
+        if sort:
+            params["sort"] = sort
+        if direction:
+            params["direction"] = direction
+        return self._repo_pages(repo, "/pulls", params, keep=keep)
 
     def list_pull_files(self, repo: str, number: int) -> list[JSON]:
         """The PR's changed files (``filename``, ``status``, ``additions``, ``deletions``,
