@@ -16,6 +16,8 @@ from pipeline.delivery import (
     delivery_from_data,
     delivery_to_data,
     first_in_line,
+    in_line,
+    next_in_line,
     start,
 )
 from pipeline.effects import (
@@ -117,7 +119,9 @@ __all__ = [
     "delivery_to_data",
     "deployment_verdict",
     "first_in_line",
+    "in_line",
     "merge_readiness",
+    "next_in_line",
     "next_stage",
     "parse_policy",
     "review_verdict",

@@ -16,7 +16,7 @@ from pipeline.policy import Policy
 from pipeline.snapshot import PullSnapshot
 from pipeline.stages import CardKind
 
-__all__ = ["Ctx", "WaitOn", "Waiting", "instant", "short", "span"]
+__all__ = ["Ctx", "WaitOn", "Waiting", "instant", "probe_delay", "short", "span"]
 
 WaitOn = Literal[
     "webhook",  # a GitHub webhook about the PR, its checks, reviews or deployments
@@ -37,7 +37,11 @@ RECONCILE_GRACE = timedelta(minutes=5)  # read an unclear merge back for this lo
 RECONCILE_STEP = timedelta(seconds=30)
 UNKNOWN_POLLS = 10  # re-reads while GitHub computes mergeability, then a card
 UNKNOWN_FIRST_S, UNKNOWN_MAX_S = 5, 60
-PROBE_FIRST_S, PROBE_MAX_S = 15, 300
+# The live version is read soon after the deployment (PROBE_FIRST_S), then with a
+# doubling backoff up to PROBE_MAX_S; a short deploy ``timeout`` shrinks both (a twentieth
+# and a tenth of it), so that any timeout leaves room for about ten answers, but the
+# version URL is never read more than once every PROBE_MIN_S.
+PROBE_MIN_S, PROBE_FIRST_S, PROBE_MAX_S = 1.0, 5.0, 300.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -86,6 +90,15 @@ class Ctx:
 
     def past(self, moment: datetime | None) -> bool:
         return moment is not None and self.now >= moment
+
+
+def probe_delay(n: int, timeout_s: float) -> float:
+    """Seconds from the ``n``-th read of the live version of one watch (0: the first) to
+    the next, for a deploy ``timeout`` of ``timeout_s``: 5 s, 10 s, 20 s... up to 5 minutes
+    for the default hour; 1 s apart for a timeout of 10 s or less."""
+    first = min(max(timeout_s / 20, PROBE_MIN_S), PROBE_FIRST_S)
+    cap = min(max(timeout_s / 10, PROBE_MIN_S), PROBE_MAX_S)
+    return float(min(first * 2 ** min(max(n, 0), 16), cap))
 
 
 def instant(text: str) -> datetime:

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from kernel.codec import to_data
 from kernel.durations import iso
-from pipeline.stages import CardKind, Mode, Stage
+from pipeline.stages import LINE_STAGES, CardKind, Mode, Stage
 
 __all__ = [
     "Attempt",
@@ -26,6 +26,8 @@ __all__ = [
     "delivery_from_data",
     "delivery_to_data",
     "first_in_line",
+    "in_line",
+    "next_in_line",
     "start",
 ]
 
@@ -100,6 +102,13 @@ class Delivery:
     progress_seq: int = 0
     progress_digest: str = ""
     policy_problem: str = ""  # the policy problem last shown, "" when none
+    # When it took its place in the merge line of its base; kept while its own branch
+    # update takes it back through checks (it keeps its place), "" once it leaves.
+    queued_at: str = ""
+    # What it waits for at rest (the decision's Waiting), kept so that the ledger tells
+    # the delivery's story: "" once it has ended.
+    waiting_on: str = ""
+    waiting_for: str = ""
 
     @property
     def terminal(self) -> bool:
@@ -137,23 +146,35 @@ def start(
     )
 
 
+def in_line(delivery: Delivery) -> bool:
+    """Whether ``delivery`` holds a place in the merge line of its base: it waits in
+    ``merge``, or its place is kept while its branch is updated and checked again."""
+    return delivery.stage == "merge" or (bool(delivery.queued_at) and delivery.stage in LINE_STAGES)
+
+
+def _place(d: Delivery) -> tuple[str, int]:
+    return (d.queued_at or d.stage_since, d.number)
+
+
 def first_in_line(delivery: Delivery, others: Iterable[Delivery]) -> bool:
     """Whether ``delivery`` may merge now: no other live delivery on the same repository
-    and base waits in ``merge`` ahead of it (earlier in ``merge``, then lower number).
-    A delivery not yet in ``merge`` queues behind all that are."""
-
-    def place(d: Delivery) -> tuple[str, int]:
-        return (d.stage_since, d.number)
-
-    mine = place(delivery) if delivery.stage == "merge" else None
+    and base holds a place in the line ahead of it (it took its place earlier, then lower
+    number). A delivery not in the line yet queues behind all that are."""
+    mine = _place(delivery) if in_line(delivery) else None
     for other in others:
-        if other.id == delivery.id or other.stage != "merge":
+        if other.id == delivery.id or not in_line(other):
             continue
         if other.repo != delivery.repo or other.base_ref != delivery.base_ref:
             continue
-        if mine is None or place(other) < mine:
+        if mine is None or _place(other) < mine:
             return False
     return True
+
+
+def next_in_line(others: Iterable[Delivery], repo: str, base_ref: str) -> Delivery | None:
+    """The delivery whose turn it is on ``repo``'s ``base_ref`` (None: the line is empty)."""
+    line = [d for d in others if in_line(d) and d.repo == repo and d.base_ref == base_ref]
+    return min(line, key=_place, default=None)
 
 
 # ------------------------------------------------------------------------------- codec

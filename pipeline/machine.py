@@ -23,13 +23,21 @@ from datetime import datetime, timedelta
 from kernel.durations import iso
 from pipeline import handlers, merging, watching
 from pipeline.context import MERGE_ANSWER_GRACE, UPDATE_TIMEOUT, Ctx, Waiting, instant, short
-from pipeline.delivery import Delivery, HistoryEntry, OpenCard
+from pipeline.delivery import Delivery, HistoryEntry, OpenCard, in_line
 from pipeline.effects import DeleteBranch, Effect, Progress, RaiseCard, ResolveCard
 from pipeline.errors import PipelineError, WrongInput
 from pipeline.policy import POLICY_PATH, Policy, PolicyProblem
 from pipeline.render import render
 from pipeline.snapshot import PullSnapshot
-from pipeline.stages import CARDS, POST_MERGE, TERMINAL, Outcome, Stage, next_stage
+from pipeline.stages import (
+    CARDS,
+    LINE_STAGES,
+    POST_MERGE,
+    TERMINAL,
+    Outcome,
+    Stage,
+    next_stage,
+)
 
 __all__ = ["HISTORY_LIMIT", "Step", "decide"]
 
@@ -56,8 +64,9 @@ class Step:
 
     ``wake_at``: call ``decide`` again at this instant if nothing else happened first
     (a deadline or a backoff); None when only something the shell brings can move it
-    (``waiting.on`` says what). ``line_freed``: this delivery left ``merge``; decide
-    again the other deliveries waiting in ``merge`` on the same repository and base.
+    (``waiting.on`` says what). ``line_freed``: this delivery gave up its place in the
+    merge line of its base (merged, blocked, cancelled, a new head); decide the next in
+    line again (:func:`~pipeline.delivery.next_in_line`).
     """
 
     delivery: Delivery
@@ -79,13 +88,13 @@ def decide(
         return Step(delivery=delivery, effects=(), wake_at=None, waiting=None)
     ctx = Ctx(delivery, pr, policy if isinstance(policy, Policy) else Policy(), now)
     ctx.set(base_ref=pr.base_ref)
-    started_in = delivery.stage
+    queued = in_line(delivery)
     _settle_merge_answer(ctx)
     closed = _closed(ctx)
     if isinstance(policy, PolicyProblem) and closed is None:
         ctx.set(policy_problem=str(policy))
         ctx.wait("policy", f"a fix to {POLICY_PATH} on the default branch")
-        return _finish(ctx, started_in, policy)
+        return _finish(ctx, queued, policy)
     ctx.set(policy_problem="")
     guard = closed or _guards(ctx)
     if guard is not None:
@@ -103,7 +112,7 @@ def decide(
         raise PipelineError(
             f"{delivery.id} rests at {ctx.d.stage} without saying what it waits for"
         )
-    return _finish(ctx, started_in, None)
+    return _finish(ctx, queued, None)
 
 
 # ------------------------------------------------------------------------------ guards
@@ -184,6 +193,7 @@ def _guards(ctx: Ctx) -> Outcome | None:
             ctx.note = f"branch updated with {pr.base_ref}: {short(pr.head_sha)}"
             return "updated"
         ctx.note = f"new head {short(pr.head_sha)}"
+        ctx.set(queued_at="")  # a new change takes a new place in the line
         return "new_head"
     return None
 
@@ -210,6 +220,7 @@ def _move(ctx: Ctx, outcome: Outcome) -> None:
     elif new in POST_MERGE and policy.deploy is not None:
         deadline = ctx.now + timedelta(seconds=policy.deploy.timeout_s)
     changes: dict[str, object] = {
+        "queued_at": d.queued_at if new in LINE_STAGES else "",
         "stage": new,
         "stage_since": ctx.at,
         "deadline": None if deadline is None else iso(deadline),
@@ -244,9 +255,10 @@ def _block(ctx: Ctx, at: Stage) -> None:
 # ------------------------------------------------------------------------------ finish
 
 
-def _finish(ctx: Ctx, started_in: Stage, problem: PolicyProblem | None) -> Step:
+def _finish(ctx: Ctx, queued: bool, problem: PolicyProblem | None) -> Step:
+    waiting = ctx.waiting if ctx.d.stage not in TERMINAL else None
+    ctx.set(waiting_on=waiting.on if waiting else "", waiting_for=waiting.what if waiting else "")
     d = ctx.d
-    waiting = ctx.waiting if d.stage not in TERMINAL else None
     shown = render(d, waiting=waiting.what if waiting else "", problem=problem)
     digest = hashlib.sha256(
         "\0".join(
@@ -273,5 +285,5 @@ def _finish(ctx: Ctx, started_in: Stage, problem: PolicyProblem | None) -> Step:
         effects=tuple(ctx.effects),
         wake_at=ctx.wake if waiting is not None else None,
         waiting=waiting,
-        line_freed=started_in == "merge" and ctx.d.stage != "merge",
+        line_freed=queued and not in_line(ctx.d),
     )

@@ -60,8 +60,10 @@ def merge(ctx: Ctx) -> Outcome:
     d, pr, policy = ctx.d, ctx.pr, ctx.policy
     if d.merge_attempt is not None:
         return _settle(ctx, d.merge_attempt)
+    if not d.queued_at:  # its place in the line of its base, kept through its updates
+        ctx.set(queued_at=ctx.at)
     readiness = merge_readiness(pr, policy).kind
-    if readiness in ("draft", "update"):
+    if readiness == "draft":
         return readiness
     if readiness == "conflict":
         return conflict(ctx)
@@ -73,6 +75,11 @@ def merge(ctx: Ctx) -> Outcome:
     if verdict.kind != "passed":
         ctx.note = f"required checks changed: {names(verdict.failed + verdict.pending)}"
         return "checks_changed"
+    if not pr.merge_queue_first:  # only the first in line updates, polls and merges
+        ctx.wait("line", f"its turn: another delivery on {pr.base_ref} merges first")
+        return "waiting"
+    if readiness == "update":
+        return readiness
     if readiness == "behind":
         ctx.wait("webhook", f"a push: {pr.base_ref} wants it up to date and update_branch is false")
         return "waiting"
@@ -97,9 +104,6 @@ def merge(ctx: Ctx) -> Outcome:
         return "waiting"
     if readiness == "blocked":
         ctx.wait("webhook", "branch protection (GitHub reports the merge blocked)", ctx.deadline())
-        return "waiting"
-    if not pr.merge_queue_first:
-        ctx.wait("line", f"its turn: another delivery on {pr.base_ref} merges first")
         return "waiting"
     key = d.key("merge", d.head_sha, ctx.tries())
     ctx.emit(Merge(key=key, sha=d.head_sha, method=policy.merge_method))

@@ -20,6 +20,7 @@ from pipeline.errors import MissingTransition
 __all__ = [
     "CARDS",
     "GUARDS",
+    "LINE_STAGES",
     "POST_MERGE",
     "PRE_MERGE",
     "TABLE",
@@ -98,6 +99,9 @@ CardKind = Literal[
 TERMINAL: frozenset[Stage] = frozenset({"delivered", "cancelled"})
 PRE_MERGE: tuple[Stage, ...] = ("review", "ready", "checks", "update_branch", "merge", "blocked")
 POST_MERGE: tuple[Stage, ...] = ("deployment", "live_version")
+# The stages a delivery keeps its place in the merge line through (its own branch update
+# takes it from merge back through checks).
+LINE_STAGES: tuple[Stage, ...] = ("update_branch", "checks", "merge")
 
 # The guards, checked at every decision before the stage itself. Before the merge a
 # delivery can be closed, unlabeled, pushed to or merged by a person; after it, only the

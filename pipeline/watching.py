@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from kernel.durations import iso
-from pipeline.context import PROBE_FIRST_S, PROBE_MAX_S, Ctx, instant, short, span
+from pipeline.context import Ctx, instant, probe_delay, short, span
 from pipeline.effects import ProbeVersion
 from pipeline.stages import Outcome
 from pipeline.verdicts import deployment_verdict, version_verdict
@@ -75,7 +75,7 @@ def live_version(ctx: Ctx) -> Outcome:
     due = None if d.next_probe_at is None else instant(d.next_probe_at)
     if due is None or ctx.past(due):
         attempt = d.probe_attempt + 1
-        delay = min(PROBE_FIRST_S * 2 ** min(attempt - d.probe_since, 10), PROBE_MAX_S)
+        delay = probe_delay(attempt - d.probe_since, deploy.timeout_s)
         due = ctx.now + timedelta(seconds=delay)
         ctx.emit(
             ProbeVersion(

@@ -27,7 +27,7 @@ from ghapp.store.base import StoreError
 from kernel.codec import to_data
 from kernel.errors import ConfigError
 from kernel.model import Event
-from kernel.records import Card, EventRow, Matter, Queued, Timer, Turn
+from kernel.records import Card, EventRow, Matter, Pipeline, Queued, Timer, Turn
 
 # name -> "module:function"; each function takes the remaining argv and returns an exit code.
 EXTERNAL: dict[str, str] = {
@@ -124,8 +124,24 @@ def cmd_drain(args: argparse.Namespace) -> int:
     if args.json:
         _print_json({"turns": report.turns, "timers_fired": report.timers})
     elif not report.turns:
-        print("nothing to run")
+        print(_nothing_to_run(ctx))
     return 0
+
+
+def _nothing_to_run(ctx: Home) -> str:
+    """Why a drain ran nothing: a turn that still runs holds its matter (it may belong to
+    another process, or to one that died: then its claim lapses at ``lease_until``)."""
+    with ctx.store.read() as tx:
+        running = [t for t in tx.query("turn", states=["running"]) if isinstance(t, Turn)]
+    if not running:
+        return "nothing to run"
+    t = min(running, key=lambda t: t.lease_until)
+    more = f" (and {len(running) - 1} more turn(s))" if len(running) > 1 else ""
+    return (
+        f"nothing to run now: turn {t.id} of matter {t.matter} is running on worker "
+        f"{t.worker!r}{more}; its matter waits until it ends or its claim lapses "
+        f"at {t.lease_until or 'an unknown time'} (see 'autoloop status')"
+    )
 
 
 def _usage(ctx: Home) -> dict[str, Any]:
@@ -166,6 +182,7 @@ def status_data(ctx: Home) -> dict[str, Any]:
         events = [e for e in tx.query("event") if isinstance(e, EventRow)]
         timers = [t for t in tx.query("timer") if isinstance(t, Timer)]
         matters = [m for m in tx.query("matter") if isinstance(m, Matter)]
+        pipelines = [p for p in tx.query("pipeline") if isinstance(p, Pipeline)]
         waiting: dict[str, list[int]] = {}
         for q in tx.query("queued", states=["pending"]):
             if isinstance(q, Queued):
@@ -223,6 +240,20 @@ def status_data(ctx: Home) -> dict[str, Any]:
             }
             for m in matters
         ],
+        "pipelines": [
+            {
+                "id": p.id,
+                "subject": p.subject,
+                "stage": p.stage,
+                "state": "ended" if p.ended else "active",
+                "waiting_for": str(p.data.get("waiting_for") or ""),
+                "wake_at": p.wake_at,
+                "cards": dict(p.cards),
+                "started_at": p.started_at,
+                "updated_at": p.updated_at,
+            }
+            for p in pipelines
+        ],
         "usage": _usage(ctx),
     }
 
@@ -262,6 +293,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     armed = [t for t in data["timers"] if not t["fired"]]
     for t in armed:
         print(f"  timer {t['id']} due {t['due']}: {t['why']}")
+    active = [p for p in data["pipelines"] if p["state"] == "active"]
+    if data["pipelines"]:
+        ended = len(data["pipelines"]) - len(active)
+        print(f"deliveries: {len(active)} active, {ended} ended ('autoloop why OWNER/REPO#N')")
+    for p in active:
+        waits = f", waiting for {p['waiting_for']}" if p["waiting_for"] else ""
+        print(f"  delivery {p['subject']} ({p['id']}): {p['stage']}{waits}")
     not_disp = [e for e in data["events"] if not e["dispatched"]]
     print(f"events: {len(data['events'])} ({len(not_disp)} not dispatched)")
     print(f"open cards: {sum(1 for c in data['cards'] if c['state'] == 'open')}")
@@ -372,11 +410,34 @@ def cmd_why(args: argparse.Namespace) -> int:
     ctx = Home.open()
     trail = why_trail(ctx.store, args.turn)
     if trail is None:
-        return _die(1, f"no turn {args.turn!r}; 'autoloop status' lists turns")
+        return _why_delivery(ctx, args)
     if args.json:
         _print_json(trail)
         return 0
     for line in why_lines(ctx.store, args.turn):
+        print(line)
+    return 0
+
+
+def _why_delivery(ctx: Home, args: argparse.Namespace) -> int:
+    """The story of a delivery, stage by stage (``owner/repo#12``, or its pipeline id)."""
+    from ghapp.github.story import parse_ref, read_story, story_lines  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+
+    story = read_story(ctx.store, args.turn)
+    if story is None:
+        if parse_ref(args.turn) is not None:
+            return _die(
+                1, f"no delivery {args.turn!r} in this ledger; 'autoloop status' lists them"
+            )
+        return _die(
+            1,
+            f"no turn {args.turn!r}; give a turn id or a delivery as owner/repo#N "
+            "('autoloop status' lists both)",
+        )
+    if args.json:
+        _print_json(story)
+        return 0
+    for line in story_lines(story):
         print(line)
     return 0
 
@@ -568,8 +629,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_status)
 
-    s = sub.add_parser("why", help="the trail of one turn")
-    s.add_argument("turn")
+    s = sub.add_parser(
+        "why", help="the trail of one turn, or the story of one delivery (owner/repo#N)"
+    )
+    s.add_argument(
+        "turn",
+        metavar="TURN_OR_DELIVERY",
+        help="a turn id, or a delivery: owner/repo#N, deliver/owner/repo#N or the PR's URL",
+    )
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_why)
 

@@ -247,6 +247,7 @@ class Demo:
             f"sticky progress comment: {count('POST', f'/issues/{number}/comments')} created, "
             f"{count('PATCH', '/issues/comments/')} updates in place"
         )
+        self.note(f"its story, stage by stage: autoloop why {gh.repo}#{number}")
 
     # ---------------------------------------------------------------------------- lookups
 

@@ -55,6 +55,9 @@ def init_home(home: Path, *, rules_text: str | None = None) -> list[str]:
         with os.fdopen(fd, "w") as fh:
             fh.write(secrets.token_hex(32) + "\n")
         made.append(str(key))
+        # a new home: its list of ledgers starts empty (the guess made for a home from
+        # before the list, by its turn folders, is not needed)
+        (home / KNOWN_LEDGERS).touch()
     return made
 
 
@@ -64,8 +67,8 @@ def init_home(home: Path, *, rules_text: str | None = None) -> list[str]:
 # file. For a home that has used its ledger, that would quietly start over without its
 # history. So the home lists the SQLite ledgers it has opened (KNOWN_LEDGERS, one path a
 # line), and a listed ledger that is missing or empty is refused until it is restored
-# or ``autoloop init --new-ledger`` says to start anew. A home from before the list
-# counts as used when it holds turn folders.
+# or ``autoloop init --new-ledger`` says to start anew. ``autoloop init`` starts the list
+# of a new home; a home from before the list counts as used when it holds turn folders.
 
 KNOWN_LEDGERS = "known-ledgers"
 NEW_LEDGER_HINT = (

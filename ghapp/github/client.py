@@ -24,6 +24,7 @@ import base64
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, Literal
 from urllib.parse import quote
@@ -256,6 +257,7 @@ class GitHubClient:
         params: Mapping[str, Any] | None = None,
         body: Any = None,
         idempotent: bool | None = None,
+        policy: Policy | None = None,
     ) -> httpx.Response:
         # The credential is resolved once, before the retries: a token exchange has its
         # own retries, and its failure means this request was never sent.
@@ -263,7 +265,7 @@ class GitHubClient:
             method,
             url,
             lambda: self._send_once(method, url, authorization, params, body),
-            policy=self._policy,
+            policy=policy or self._policy,
             idempotent=idempotent,
             now=self._now,
             sleep=self._sleep,
@@ -419,6 +421,8 @@ class GitHubClient:
         params: Mapping[str, Any] | None = None,
         key: str | None = None,
         limit: int | None = None,
+        *,
+        keep: Callable[[JSON], bool] | None = None,
     ) -> list[JSON]:
         per_page = PER_PAGE if limit is None else max(1, min(limit, PER_PAGE))
         first = {**(params or {}), "per_page": per_page}
@@ -428,7 +432,7 @@ class GitHubClient:
                 return self._repo("GET", repo, path, params=first)
             return self._repo("GET", repo, path, url=url)
 
-        return self._pages(fetch, key, limit=limit)
+        return self._pages(fetch, key, keep=keep, limit=limit)
 
     # ----------------------------------------------------------------------- repository
 
@@ -510,13 +514,22 @@ class GitHubClient:
         state: str = "open",
         head: str | None = None,
         base: str | None = None,
+        sort: str | None = None,
+        direction: str | None = None,
+        keep: Callable[[JSON], bool] | None = None,
     ) -> list[JSON]:
+        """Pull requests (GitHub's order: newest created first; ``sort="updated"``: most
+        recently updated first). ``keep``: stop at the first one it refuses."""
         params: JSON = {"state": state}
         if head:
             params["head"] = head
         if base:
             params["base"] = base
-        return self._repo_pages(repo, "/pulls", params)
+        if sort:
+            params["sort"] = sort
+        if direction:
+            params["direction"] = direction
+        return self._repo_pages(repo, "/pulls", params, keep=keep)
 
     def list_pull_files(self, repo: str, number: int) -> list[JSON]:
         """The PR's changed files (``filename``, ``status``, ``additions``, ``deletions``,
@@ -780,8 +793,11 @@ class GitHubClient:
 
     # ----------------------------------------------------------------------- the App
 
-    def get_app(self) -> JSON:
-        return _as_dict(self._call("GET", "/app", self._app_auth()))
+    def get_app(self, *, once: bool = False) -> JSON:
+        """The App itself (id, slug). ``once``: a single attempt, no retries (the caller
+        has a retry loop of its own, e.g. the server's start in a GitHub outage)."""
+        policy = replace(self._policy, attempts=1) if once else None
+        return _as_dict(self._call("GET", "/app", self._app_auth(), policy=policy))
 
     def list_webhook_deliveries(self, *, since: float | None = None) -> list[JSON]:
         """The App's recent deliveries, newest first; with ``since`` (epoch seconds), only

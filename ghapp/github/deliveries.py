@@ -22,14 +22,24 @@ a review request). :class:`Deliveries` is the one thread that moves them:
   effects out through the outbox. A probe of the live version is made inline and kept
   in the record; while a write, a probe or a review answer came back, it decides again
   (at most :data:`MAX_DECISIONS` times a wake), so answers feed back at once.
+- **Several at once.** Decisions run on :data:`DECIDERS` threads, never two of one
+  pipeline at a time, so a PR whose checks just turned green does not queue behind the
+  reads of the others. What must stay one at a time is the merge line of one base: a
+  delivery that may merge (one in ``deliver`` mode before its merge) takes the lock of
+  its repository and base for the part of its decision after the snapshot (reading the
+  line, deciding, committing, carrying out its writes). The snapshot itself (the slow
+  part: GitHub's answers) is read outside the lock; if a merge or a push reached that
+  base meanwhile and the decision is to merge, the snapshot is read again first.
 - **Review agents.** A ``RequestReview`` (``review = "agent:NAME"``) runs that agent
   read-only on a snapshot of the PR, off this thread (:mod:`ghapp.github.reviews`); its
   findings land in the record's data and make the pipeline due, and the next decision
   posts them as one review. After every committed decision a review the delivery still
   waits for and that runs nowhere in this process is started again (a restart).
 - **Merge order.** ``merge_queue_first`` comes from :func:`pipeline.first_in_line` over
-  the active deliveries of the same repository and base; a delivery that leaves
-  ``merge`` (``Step.line_freed``) wakes the others waiting there.
+  the active deliveries holding a place in the line of the same repository and base;
+  only the first updates its branch and merges, the others wait their turn. A delivery
+  that gives up its place (``Step.line_freed``) wakes the next in line (only it: the
+  others would decide nothing new).
 - **Restarts.** On start every active pipeline is decided once.
 - **Trouble.** An error talking to GitHub is one log line; that pipeline is tried again
   after a backoff (5 s, doubling up to 5 minutes), kept in this process only.
@@ -37,13 +47,14 @@ a review request). :class:`Deliveries` is the one thread that moves them:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import threading
 import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -67,6 +78,7 @@ from pipeline import (
     TERMINAL,
     CardAnswer,
     Delivery,
+    Merge,
     Policy,
     PolicyProblem,
     ProbeVersion,
@@ -81,16 +93,28 @@ from pipeline import (
     delivery_from_data,
     delivery_to_data,
     first_in_line,
+    in_line,
+    next_in_line,
     start,
 )
-from pipeline.stages import Mode
+from pipeline.snapshot import PullSnapshot
+from pipeline.stages import LINE_STAGES, POST_MERGE, Mode
 
-__all__ = ["BACKSTOP_S", "MAX_DECISIONS", "Deliveries", "pipeline_id", "pipeline_subject"]
+__all__ = [
+    "BACKSTOP_S",
+    "DECIDERS",
+    "MAX_DECISIONS",
+    "Deliveries",
+    "pipeline_id",
+    "pipeline_subject",
+]
 
 log = logging.getLogger("autoloop.github.deliveries")
 
 BACKSTOP_S = 60.0  # the longest sleep: a wake recorded by another replica is seen by then
 MAX_DECISIONS = 8  # decisions per wake of one pipeline (answers feed back at once)
+DECIDERS = 4  # pipelines decided at once (each mostly waits for GitHub's answers)
+MERGE_REREADS = 2  # snapshots read again because the base moved under a decision to merge
 # A pipeline that waits on webhooks alone is read again after this long all the same: a
 # webhook GitHub never sent (an outage: nothing to redeliver) costs minutes, not the hours
 # of the stage's own deadline. One read of the PR per pipeline per interval.
@@ -111,18 +135,37 @@ _BASE_STAGES = frozenset({"merge", "update_branch"})
 _DEPLOY_STAGES = frozenset({"deployment", "live_version"})
 
 
-def _concerned(active: Iterable[Pipeline], repo: str, event: Event) -> set[str]:
+def _concerned(
+    active: Iterable[Pipeline], repo: str, event: Event, gone: frozenset[str] = frozenset()
+) -> set[str]:
     """The active pipelines of ``repo`` that an event naming no pull request concerns.
 
     Matched by commit, not by repository, so that one check or status of one PR does not
     wake every delivery in flight: a check or a status wakes the pipelines whose head (or
     merge commit) it is about; a deployment, those watching deployments; a push to a
-    branch, those about to write against it as their base. An event that names no commit
-    or branch wakes every pipeline of the repository."""
+    branch, the first in the merge line of that base (the others wait their turn, and
+    are woken in turn) and those updating their branch. An event that names no commit
+    or branch wakes every pipeline of the repository (``gone``: merged here already)."""
     d = event.details
     sha = _text(d.get("head_sha")) or _text(d.get("sha"))
     branch = _text(d.get("branch"))
     out: set[str] = set()
+    if event.type.startswith("push") and branch:
+        mine = [
+            p
+            for p in active
+            if (pipeline_subject(p.id) or "").split("#", 1)[0].lower() == repo.lower()
+            and _text(p.data.get("base_ref")) == branch
+        ]
+        line = [
+            delivery_from_data(_delivery_part(p.data))
+            for p in mine
+            if p.id not in gone
+            and (p.stage == "merge" or (p.stage in LINE_STAGES and p.data.get("queued_at")))
+        ]
+        first = next_in_line(line, line[0].repo, branch) if line else None
+        out = {p.id for p in mine if p.stage == "update_branch"}
+        return out | ({first.id} if first is not None else set())
     for p in active:
         if (pipeline_subject(p.id) or "").split("#", 1)[0].lower() != repo.lower():
             continue
@@ -156,6 +199,22 @@ def pipeline_subject(pid: str) -> str | None:
 
 def _utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+@dataclass(slots=True)
+class _Gathered:
+    """What one decision read before deciding (outside any lock)."""
+
+    rec: Pipeline
+    data: dict[str, Any]
+    delivery: Delivery
+    versions: list[VersionObservation]
+    findings: ReviewFindings | None
+    policy: Policy | PolicyProblem
+    pr: PullSnapshot
+    base: tuple[str, str]  # (repository, base branch), lower-cased repository
+    generation: int  # of that base when the snapshot was begun
+    others: list[Delivery] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +255,22 @@ class Deliveries:
         self._decided: dict[str, float] = {}  # pipeline -> when this process last decided it
         self.recheck_s = RECHECK_S
         self._busy = False
+        # Decisions run on a few threads; a pipeline is decided by one of them at a time.
+        self._deciders = ThreadPoolExecutor(max_workers=DECIDERS, thread_name_prefix="decide")
+        self._running: set[str] = set()
+        # The merge line of each (repository, base): a lock, and a count of the merges and
+        # pushes seen on that base (a snapshot read before one may be out of date).
+        self._lines: dict[tuple[str, str], threading.Lock] = {}
+        self._gone: set[str] = set()  # merged here, still in merge in the ledger
+        # The active pipelines as last read: all of them at each full read (on start, when
+        # woken from outside, every backstop_s), each again after this process decided or
+        # started it. The loop works from it, so a webhook or a finished decision costs
+        # no read of every pipeline.
+        self._index: dict[str, Pipeline] = {}
+        self._direct: set[str] = set()  # woken by events just recorded: due now
+        self._scan_wanted = True
+        self._next_scan = 0.0
+        self._generations: dict[tuple[str, str], int] = {}
         # The policy of each repository, read from its default branch: kept for
         # POLICY_TTL_S, and forgotten at once when a push to the repository arrives.
         self._policies: dict[str, tuple[Policy | PolicyProblem, float]] = {}
@@ -219,18 +294,21 @@ class Deliveries:
         if self._thread is not None:
             self._thread.join(timeout=timeout)
             self._thread = None
+        self._deciders.shutdown(wait=True, cancel_futures=True)
         self._progress.shutdown(wait=True, cancel_futures=False)
         self.reviews.stop()
         self.http.close()
 
     def wake(self) -> None:
         """Look at the due pipelines now (something may have woken one in the ledger)."""
+        with self._lock:
+            self._scan_wanted = True
         self._wake.set()
 
     def idle(self) -> bool:
         """Nothing queued, nothing being decided (for tests)."""
         with self._lock:
-            busy = self._events or self._busy or self._wake.is_set()
+            busy = self._events or self._busy or self._running or self._wake.is_set()
         return not busy and not self.reviews.running()
 
     # -- events ------------------------------------------------------------------------
@@ -244,15 +322,17 @@ class Deliveries:
                 self._events.extend(found)
             self._wake.set()
 
-    def _take_events(self, events: list[Event]) -> None:
+    def _take_events(self, events: list[Event]) -> set[str]:
         """Record a ``Wake`` for the active pipelines ``events`` concern, and start one
-        for a PR that got one of the delivery labels."""
-        active = {p.id: p for p in self._active()}
+        for a PR that got one of the delivery labels; returns those (due now)."""
+        active = {p.id: p for p in self._indexed()}
         wake: set[str] = set()
+        started: set[str] = set()
         for event in events:
             d = event.details
             if event.type.startswith("push"):  # the policy may have changed
                 self._policies.pop(_text(d.get("repo")).lower(), None)
+                self._moved((_text(d.get("repo")).lower(), _text(d.get("branch"))))
             found = _SUBJECT.match(event.subject)
             repo = _text(d.get("repo")) or (found.group(1) if found else "")
             number = int(found.group(2)) if found else _number(d.get("number"))
@@ -266,7 +346,7 @@ class Deliveries:
                         if event.type == "pull_request.labeled"
                         else tuple(_text(x) for x in d.get("labels") or () if _text(x))
                     )
-                    self._start(
+                    started |= self._start(
                         _Start(
                             repo=repo,
                             number=number,
@@ -279,57 +359,124 @@ class Deliveries:
                 if number:
                     wake.add(pipeline_id(repo, number))
                 else:
-                    wake |= _concerned(active.values(), repo, event)
+                    with self._lock:
+                        gone = frozenset(self._gone)
+                    wake |= _concerned(active.values(), repo, event, gone)
         wake &= set(active)
         if wake:
             self.hub.ledger.decide(k.Wake(pipelines=tuple(sorted(wake))))
+        return wake | started
 
     # -- the loop ----------------------------------------------------------------------
 
     def _run(self) -> None:
-        for p in self._active():  # recovery: every active pipeline once
+        for p in self._rescan():  # recovery: every active pipeline once
             if self._stop.is_set():
                 return
-            self._safely(p.id)
+            self._submit(p.id)
         while not self._stop.is_set():
             self._wake.clear()
             with self._lock:
                 events, self._events = self._events, []
+                direct, self._direct = self._direct, set()
+                scan, self._scan_wanted = self._scan_wanted, False
                 self._busy = True
+            active: list[Pipeline] = []
             try:
                 if events:
-                    self._take_events_safely(events)
-                for pid in self._due():
+                    direct |= self._take_events_safely(events)
+                for pid in sorted(direct):
+                    self._submit(pid)
+                if scan or time.monotonic() >= self._next_scan:
+                    active = self._rescan()
+                else:
+                    active = self._indexed()
+                for pid in self._due(active):
                     if self._stop.is_set():
                         break
-                    self._safely(pid)
+                    self._submit(pid)
+            except Exception as exc:  # the ledger failed: keep going, read all again soon
+                log.warning("deliveries: %s: %s", type(exc).__name__, exc)
+                with self._lock:
+                    self._scan_wanted = True
+                self._stop.wait(1.0)
             finally:
                 with self._lock:
                     self._busy = False
-            self._wake.wait(self._sleep_s())
+            until_scan = max(0.0, self._next_scan - time.monotonic())
+            self._wake.wait(min(self._sleep_s(active), until_scan))
 
-    def _take_events_safely(self, events: list[Event]) -> None:
+    def _rescan(self) -> list[Pipeline]:
+        """Read every active pipeline again (another replica may have moved them)."""
+        active = self._active()
+        with self._lock:
+            self._index = {p.id: p for p in active}
+        self._next_scan = time.monotonic() + self.backstop_s
+        return active
+
+    def _indexed(self) -> list[Pipeline]:
+        with self._lock:
+            return list(self._index.values())
+
+    def _refresh(self, pid: str) -> Pipeline | None:
+        """Read ``pid`` again into the index (gone from it once ended)."""
+        rec = self._record(pid)
+        with self._lock:
+            if rec is None or rec.ended:
+                self._index.pop(pid, None)
+            else:
+                self._index[pid] = rec
+        return rec
+
+    def _submit(self, pid: str) -> None:
+        """Decide ``pid`` on a decider thread, unless one is deciding it already (that
+        one's end looks at what is due again)."""
+        with self._lock:
+            if pid in self._running or self._stop.is_set():
+                return
+            self._running.add(pid)
         try:
-            self._take_events(events)
+            self._deciders.submit(self._decide_on_thread, pid)
+        except RuntimeError:  # shut down meanwhile
+            with self._lock:
+                self._running.discard(pid)
+
+    def _decide_on_thread(self, pid: str) -> None:
+        try:
+            self._safely(pid)
+            with contextlib.suppress(Exception):  # read again at the next full read
+                self._refresh(pid)
+        finally:
+            with self._lock:
+                self._running.discard(pid)
+            self._wake.set()  # what woke it meanwhile, or its next deadline, counts now
+
+    def _take_events_safely(self, events: list[Event]) -> set[str]:
+        try:
+            return self._take_events(events)
         except Exception as exc:  # the ledger or GitHub failed: the sweeper reconciles later
             log.warning("delivery events: %s: %s", type(exc).__name__, exc)
+            return set()
 
     def _safely(self, pid: str) -> None:
         rec = self._record(pid)
-        if rec is not None:
-            self._seen[pid] = rec.wake_at
-        self._decided[pid] = time.monotonic()
+        with self._lock:
+            if rec is not None:
+                self._seen[pid] = rec.wake_at
+            self._decided[pid] = time.monotonic()
         try:
             self.process(pid)
         except Exception as exc:  # one pipeline's trouble (GitHub down, ...) must not stop the rest
-            _, backoff = self._retry.get(pid, (self.hub.clock(), RETRY_FIRST_S / 2))
-            backoff = min(backoff * 2, RETRY_MAX_S)
-            self._retry[pid] = (self.hub.clock() + timedelta(seconds=backoff), backoff)
+            with self._lock:
+                _, backoff = self._retry.get(pid, (self.hub.clock(), RETRY_FIRST_S / 2))
+                backoff = min(backoff * 2, RETRY_MAX_S)
+                self._retry[pid] = (self.hub.clock() + timedelta(seconds=backoff), backoff)
             log.warning(
                 "delivery %s: %s: %s; again in %.0f s", pid, type(exc).__name__, exc, backoff
             )
         else:
-            self._retry.pop(pid, None)
+            with self._lock:
+                self._retry.pop(pid, None)
 
     def _active(self) -> list[Pipeline]:
         with self.hub.store.read() as tx:
@@ -341,29 +488,36 @@ class Deliveries:
             rec = tx.get("pipeline", pid)
         return rec if isinstance(rec, Pipeline) else None
 
-    def _due(self) -> list[str]:
-        """Due pipelines, but not one whose due time was already decided on and left as it
-        was (a decision that changes nothing must not spin), and those whose retry is due."""
+    def _due(self, active: list[Pipeline]) -> list[str]:
+        """Of the ``active`` pipelines, the due ones, but not one whose due time was
+        already decided on and left as it was (a decision that changes nothing must not
+        spin); those whose retry is due; those not read for :attr:`recheck_s`."""
         now = self.hub.clock()
-        with self.hub.store.read() as tx:
-            found = tx.query("pipeline", states=["active"], due_before=iso(now))
-        due = [p.id for p in found if isinstance(p, Pipeline) and self._seen.get(p.id) != p.wake_at]
-        due += [pid for pid, (at, _) in self._retry.items() if at <= now and pid not in due]
-        stale = time.monotonic() - self.recheck_s
-        due += [
-            p.id for p in self._active() if p.id not in due and self._decided.get(p.id, 0) < stale
+        with self._lock:
+            seen, decided = dict(self._seen), dict(self._decided)
+            retry = list(self._retry.items())
+        due = [
+            p.id
+            for p in active
+            if p.wake_at
+            and seen.get(p.id) != p.wake_at
+            and datetime.fromisoformat(p.wake_at) <= now
         ]
+        due += [pid for pid, (at, _) in retry if at <= now and pid not in due]
+        stale = time.monotonic() - self.recheck_s
+        due += [p.id for p in active if p.id not in due and decided.get(p.id, 0) < stale]
         return due
 
-    def _sleep_s(self) -> float:
+    def _sleep_s(self, active: list[Pipeline]) -> float:
         now = self.hub.clock()
-        times = [at for at, _ in self._retry.values()]
-        active = self._active()
+        with self._lock:
+            seen, decided = dict(self._seen), dict(self._decided)
+            times = [at for at, _ in self._retry.values()]
         for p in active:
-            if p.wake_at and self._seen.get(p.id) != p.wake_at:
+            if p.wake_at and seen.get(p.id) != p.wake_at:
                 times.append(datetime.fromisoformat(p.wake_at))
         clock = time.monotonic()
-        recheck = [self._decided.get(p.id, 0) + self.recheck_s - clock for p in active]
+        recheck = [decided.get(p.id, 0) + self.recheck_s - clock for p in active]
         if not times:
             return max(0.0, min([self.backstop_s, *recheck]))
         return max(0.0, min([self.backstop_s, *recheck, (min(times) - now).total_seconds()]))
@@ -396,16 +550,16 @@ class Deliveries:
 
     # -- starting ----------------------------------------------------------------------
 
-    def _start(self, s: _Start) -> None:
+    def _start(self, s: _Start) -> set[str]:
         pid = pipeline_id(s.repo, s.number)
         rec = self._record(pid)
         if rec is not None and not rec.ended:
-            return  # already on its way: the wake recorded for the event moves it
+            return set()  # already on its way: the wake recorded for the event moves it
         try:
             policy = self._policy(s.repo)
         except Exception as exc:  # GitHub unreachable: the sweeper reconciles the PR later
             log.warning("delivery %s: cannot read the policy: %s", pid, exc)
-            return
+            return set()
         labels = policy.labels if isinstance(policy, Policy) else Policy().labels
         names = {n.casefold() for n in s.labels}
         mode: Mode
@@ -414,7 +568,7 @@ class Deliveries:
         elif labels.review.casefold() in names:
             mode = "review"
         else:
-            return
+            return set()
         now = self.hub.clock()
         run = 1
         if rec is not None:
@@ -435,8 +589,11 @@ class Deliveries:
             )
         )
         self.hub.outbox.carry_out(out)
-        if out.reply.code == "advanced":
-            log.info("delivery %s: started (%s, run %d)", pid, mode, run)
+        if out.reply.code != "advanced":
+            return set()
+        log.info("delivery %s: started (%s, run %d)", pid, mode, run)
+        self._refresh(pid)
+        return {pid}
 
     # -- one pipeline ------------------------------------------------------------------
 
@@ -463,19 +620,39 @@ class Deliveries:
         return last
 
     def _decide_once(self, pid: str) -> tuple[Step, str, bool] | None:
+        for reread in range(MERGE_REREADS + 1):
+            g = self._gather(pid)
+            if g is None:
+                return None
+            with self._lock:
+                merged = pid in self._gone  # merged: it holds the line no more
+            in_line = (
+                g.delivery.mode == "deliver"
+                and g.delivery.stage not in (*POST_MERGE, *TERMINAL)
+                and not merged
+            )
+            with self._line(g.base) if in_line else contextlib.nullcontext():
+                if in_line:  # the line as it is now, read under its lock
+                    g.others = self._in_line(pid)
+                # Placed in the line by the base the snapshot shows (a first decision does
+                # not know its base before).
+                me = replace(g.delivery, base_ref=g.pr.base_ref)
+                pr = replace(g.pr, merge_queue_first=first_in_line(me, g.others))
+                step = decide(g.delivery, pr, g.policy, self.hub.clock())
+                merges = any(isinstance(e, Merge) for e in step.effects)
+                if merges and reread < MERGE_REREADS and self._generation(g.base) != g.generation:
+                    continue  # the base moved since the snapshot was read: read it again
+                return self._conclude(pid, g, step)
+        raise AssertionError("unreachable")  # the last round always concludes
+
+    def _gather(self, pid: str) -> _Gathered | None:
+        """The record, the answers to its writes, its card, the policy and a snapshot."""
         with self.hub.store.read() as tx:
             rec = tx.get("pipeline", pid)
             if not isinstance(rec, Pipeline) or rec.ended:
                 return None
             actions = [a for a in tx.query("action", matter=pid) if isinstance(a, Action)]
             cards = [c for c in tx.query("card", matter=pid) if isinstance(c, Card)]
-            # Only deliveries waiting in merge stand in the line (first_in_line), and only
-            # they are woken when it moves: the others are not decoded at all.
-            others = [
-                delivery_from_data(_delivery_part(p.data))
-                for p in tx.query("pipeline", states=["active"])
-                if isinstance(p, Pipeline) and p.id != pid and p.stage == "merge"
-            ]
         data = dict(rec.data)
         delivery = delivery_from_data(_delivery_part(data))
         versions = [VersionObservation(**v) for v in data.get("versions") or ()]
@@ -484,12 +661,13 @@ class Deliveries:
         policy = self._policy(delivery.repo)
         results = tuple(r for r in (write_result(a) for a in actions) if r is not None)
         extras = Extras(
-            merge_queue_first=first_in_line(delivery, others),
             results=results,
             findings=findings,
             versions=tuple(versions),
             answer=_answer(delivery, cards),
         )
+        with self._lock:  # the bases' generations before the snapshot (its base unknown yet)
+            generations = dict(self._generations)
         pr = read_snapshot(
             self.client,
             delivery,
@@ -499,8 +677,52 @@ class Deliveries:
             extras=extras,
             cache=self.cache,
         )
-        now = self.hub.clock()
-        step = decide(delivery, pr, policy, now)
+        base = (delivery.repo.lower(), pr.base_ref)
+        return _Gathered(
+            rec=rec,
+            data=data,
+            delivery=delivery,
+            versions=versions,
+            findings=findings,
+            policy=policy,
+            pr=pr,
+            base=base,
+            generation=generations.get(base, 0),
+        )
+
+    def _in_line(self, pid: str) -> list[Delivery]:
+        """The other deliveries holding a place in a merge line (only they are decoded),
+        but not those this process saw merged (their place is free already)."""
+        with self._lock:
+            gone = set(self._gone)
+        with self.hub.store.read() as tx:
+            found = [
+                delivery_from_data(_delivery_part(p.data))
+                for p in tx.query("pipeline", states=["active"])
+                if isinstance(p, Pipeline)
+                and p.id != pid
+                and p.id not in gone
+                and (p.stage == "merge" or (p.stage in LINE_STAGES and p.data.get("queued_at")))
+            ]
+        return [d for d in found if in_line(d)]
+
+    def _line(self, base: tuple[str, str]) -> threading.Lock:
+        with self._lock:
+            return self._lines.setdefault(base, threading.Lock())
+
+    def _generation(self, base: tuple[str, str]) -> int:
+        with self._lock:
+            return self._generations.get(base, 0)
+
+    def _moved(self, base: tuple[str, str]) -> None:
+        """A merge or a push reached ``base``: snapshots read before are out of date."""
+        with self._lock:
+            self._generations[base] = self._generations.get(base, 0) + 1
+
+    def _conclude(self, pid: str, g: _Gathered, step: Step) -> tuple[Step, str, bool]:
+        """Commit ``step`` (its writes as actions, its cards) and carry its effects out."""
+        rec, data, delivery, versions = g.rec, g.data, g.delivery, g.versions
+        findings, policy, others = g.findings, g.policy, g.others
         d = step.delivery
 
         again = False
@@ -593,16 +815,13 @@ class Deliveries:
             ids = dict(out.reply.data.get("cards") or {})
             card_id = str(ids.get(open_card, ""))
             filled = [_fill_card(s, card_id) for s in late]
-            second = self.hub.ledger.decide(
-                k.Advance(
-                    pipeline=pid,
-                    subject=f"{d.repo}#{d.number}",
-                    version=int(out.reply.data["version"]),
-                    stage=d.stage,
-                    data=new_data,
-                    wake_at=wake_at,
-                    actions=tuple(filled),
-                )
+            second = self._add_actions(
+                pid,
+                d,
+                data=new_data,
+                wake_at=wake_at,
+                version=int(out.reply.data["version"]),
+                actions=filled,
             )
             if second.reply.code == "advanced":
                 requested += list(second.reply.data.get("actions") or ())
@@ -611,16 +830,83 @@ class Deliveries:
         self._carry_out(out, specs)
         if second is not None and second.reply.code == "advanced":
             self._carry_out(second, filled)
+        merges = [a for a in specs if a.do == "github.merge"]
+        if merges:
+            self._moved(g.base)  # whatever GitHub answered, the base may hold it now
+            if self._merged(pid, merges[0].id):
+                # Merged: its place is free now, before its next decision says so (that
+                # one reads the PR again); the next in line need not wait for it.
+                with self._lock:
+                    self._gone.add(pid)
+                self._wake_next(others, d)
         if d.stage != delivery.stage:
             log.info("delivery %s: %s -> %s", pid, delivery.stage, d.stage)
-        if step.line_freed:  # the next in line on this base may merge now
-            queued = tuple(o.id for o in others if o.stage == "merge" and o.repo == d.repo)
-            if queued:
-                self.hub.ledger.decide(k.Wake(pipelines=queued))
+        if step.line_freed:  # the next in line on this base may go on now (only it)
+            with self._lock:
+                woken = pid in self._gone  # already, when its merge was answered
+                self._gone.discard(pid)
+            if not woken:
+                self._wake_next(others, d)
         # A write we asked for has ended (the outbox performs it inline): decide again,
         # unless all it asked for was showing progress.
         writes = [a for a in specs if a.id in requested and a.do != "github.progress"]
         return step, "advanced", again or bool(writes)
+
+    def _merged(self, pid: str, action_id: str) -> bool:
+        """Whether the merge action ``action_id`` of ``pid`` was answered done."""
+        with self.hub.store.read() as tx:
+            found = [a for a in tx.query("action", matter=pid) if isinstance(a, Action)]
+        for a in found:
+            if a.id == action_id or a.params.get("key") == action_id:
+                result = write_result(a)
+                return result is not None and result.outcome == "done"
+        return False
+
+    def _wake_next(self, others: list[Delivery], d: Delivery) -> None:
+        with self._lock:
+            gone = set(self._gone)
+        nxt = next_in_line([o for o in others if o.id not in gone], d.repo, d.base_ref)
+        if nxt is not None:
+            self.hub.ledger.decide(k.Wake(pipelines=(nxt.id,)))
+            with self._lock:
+                self._direct.add(nxt.id)
+            self._wake.set()
+
+    def _add_actions(
+        self,
+        pid: str,
+        d: Delivery,
+        *,
+        data: dict[str, Any],
+        wake_at: str,
+        version: int,
+        actions: list[Any],
+    ) -> Outcome:
+        """``actions`` added to the delivery just committed (``version``). A wake-up
+        recorded meanwhile (webhooks are taken on another thread) moves only the record's
+        version and due time: then it is added to the version the wake-up left, keeping
+        the earlier due time, so the wake-up is not lost either."""
+        for _ in range(MAX_DECISIONS):
+            out = self.hub.ledger.decide(
+                k.Advance(
+                    pipeline=pid,
+                    subject=f"{d.repo}#{d.number}",
+                    version=version,
+                    stage=d.stage,
+                    data=data,
+                    wake_at=wake_at,
+                    actions=tuple(actions),
+                )
+            )
+            if out.reply.code != "stale":
+                return out
+            rec = self._record(pid)
+            if rec is None or rec.ended or rec.stage != d.stage or dict(rec.data) != data:
+                return out  # decided anew meanwhile: the next decision shows its progress
+            version = rec.version
+            if rec.wake_at and (not wake_at or rec.wake_at < wake_at):
+                wake_at = rec.wake_at
+        return out
 
     def _review(self, pid: str, data: Mapping[str, Any], policy: Policy | object) -> None:
         """Start the review the committed delivery ``data`` waits for, unless it runs."""

@@ -77,6 +77,7 @@ BEGIN SELECT RAISE(ABORT, 'facts are append-only'); END;
 
 SYNC_MODES = {"full": True, "off": False}
 BACKSTOP_PAGES = 4_000  # 16 MB of log at 4 KB pages: then a commit checkpoints itself
+READERS_KEPT = 8  # idle read connections kept open for the next reads
 
 
 def sqlite_file(url: str) -> Path | None:
@@ -138,6 +139,13 @@ class SqliteStore:
                 f"cannot open the ledger at {self.path}: {exc}; check AUTOLOOP_HOME/AUTOLOOP_DB"
             ) from exc
         self._lock = threading.RLock()
+        self._timeout_s = timeout_s
+        # Reads run on connections of their own (WAL: a reader sees the last commit and
+        # never waits for a writer's fsync); a read inside a write uses the writer's own.
+        self._readers: list[sqlite3.Connection] = []
+        self._readers_lock = threading.Lock()
+        self._writing = threading.local()
+        self._closed = False
         self.commits = 0
         self._checkpointer = (
             _Checkpointer(self.path, checkpoint_s, self) if checkpoint_s is not None else None
@@ -172,32 +180,79 @@ class SqliteStore:
     @contextlib.contextmanager
     def write(self) -> Iterator[SqlTx]:
         with self._lock:
+            depth = getattr(self._writing, "depth", 0)
+            self._writing.depth = depth + 1
             cur = self._conn.cursor()
             try:
-                cur.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as exc:
-                raise StoreError(f"the ledger is locked ({exc}); retry in a moment") from exc
-            try:
-                yield SqlTx(cur, "?")
-            except BaseException:
-                cur.execute("ROLLBACK")
-                raise
-            else:
-                cur.execute("COMMIT")
-                self.commits += 1
+                try:
+                    cur.execute("BEGIN IMMEDIATE")
+                except sqlite3.OperationalError as exc:
+                    raise StoreError(f"the ledger is locked ({exc}); retry in a moment") from exc
+                try:
+                    yield SqlTx(cur, "?")
+                    cur.execute("COMMIT")
+                except BaseException:
+                    # SQLite has rolled back by itself after some errors (SQLITE_FULL: a
+                    # full disk): a second ROLLBACK would fail and hide the error that matters.
+                    if self._conn.in_transaction:
+                        cur.execute("ROLLBACK")
+                    raise
+                else:
+                    self.commits += 1
             finally:
                 cur.close()
+                self._writing.depth = depth
 
     @contextlib.contextmanager
     def read(self) -> Iterator[SqlTx]:
-        with self._lock:
-            cur = self._conn.cursor()
+        if getattr(self._writing, "depth", 0):  # inside this thread's write: see its changes
+            with self._lock:
+                cur = self._conn.cursor()
+                try:
+                    yield SqlTx(cur, "?")
+                finally:
+                    cur.close()
+            return
+        conn = self._reader()
+        cur = conn.cursor()
+        try:
             cur.execute("BEGIN")
             try:
                 yield SqlTx(cur, "?")
             finally:
                 cur.execute("ROLLBACK")
-                cur.close()
+        finally:
+            cur.close()
+            self._give_back(conn)
+
+    def _reader(self) -> sqlite3.Connection:
+        with self._readers_lock:
+            if self._closed:
+                raise StoreError(f"the ledger at {self.path} is closed")
+            if self._readers:
+                return self._readers.pop()
+        try:
+            conn = sqlite3.connect(
+                str(self.path),
+                timeout=self._timeout_s,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open the ledger at {self.path}: {exc}") from exc
+        conn.execute("PRAGMA query_only=ON")
+        # The same settings as the writer's (a reader never commits, but what it reports
+        # of the ledger should be true of it).
+        conn.execute(f"PRAGMA synchronous={'FULL' if self.durable else 'OFF'}")
+        conn.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_PAGES}")
+        return conn
+
+    def _give_back(self, conn: sqlite3.Connection) -> None:
+        with self._readers_lock:
+            if not self._closed and len(self._readers) < READERS_KEPT:
+                self._readers.append(conn)
+                return
+        conn.close()
 
     def checkpoint(self) -> tuple[int, int]:
         """Copy the log into the database file now, without waiting for writers:
@@ -210,6 +265,11 @@ class SqliteStore:
     def close(self) -> None:
         if self._checkpointer is not None:
             self._checkpointer.stop()
+        with self._readers_lock:
+            self._closed = True
+            readers, self._readers = self._readers, []
+        for conn in readers:
+            conn.close()
         with self._lock:
             self._conn.close()
 

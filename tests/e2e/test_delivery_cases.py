@@ -7,6 +7,7 @@ check runs, the sticky comment) and from the pipeline record in the ledger.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -33,7 +34,12 @@ from tests.e2e.test_github_app_sandbox import wait_for
 from tests.servers import Live
 
 
-def policy(gh: SandboxHandle, deliver: str = "", deploy: str | None = 'timeout = "10m"') -> str:
+def policy(
+    gh: SandboxHandle,
+    deliver: str = "",
+    deploy: str | None = 'timeout = "10m"',
+    matches: int = 1,
+) -> str:
     """The policy file: ``deliver`` lines go to ``[deliver]``; ``deploy`` lines to
     ``[deliver.deploy]`` (None: no deploy table, the pipeline ends at the merge)."""
     text = f'[deliver]\nmerge_method = "squash"\nreview = "none"\n{deliver}\n'
@@ -41,7 +47,7 @@ def policy(gh: SandboxHandle, deliver: str = "", deploy: str | None = 'timeout =
         live = f"{gh.api_url}/_sandbox/live/{gh.repo}"
         text += (
             f'\n[deliver.deploy]\nenvironment = "production"\n'
-            f'version_url = "{live}"\nmatches = 1\n{deploy}\n'
+            f'version_url = "{live}"\nmatches = {matches}\n{deploy}\n'
         )
     return text
 
@@ -53,11 +59,13 @@ def setup(
     deploy: str | None = 'timeout = "10m"',
     ci: str | None = "success",
     contexts: list[str] | None = None,
+    matches: int = 1,
     **protection: Any,
 ) -> None:
     """Policy on main, protection (``contexts``, default ``["ci"]``; ``[]``: none), CI."""
     world = gh.world
-    world.push("maintainer", "main", {".github/autoloop.toml": policy(gh, deliver, deploy)})
+    text = policy(gh, deliver, deploy, matches)
+    world.push("maintainer", "main", {".github/autoloop.toml": text})
     names = ["ci"] if contexts is None else contexts
     if names or protection:
         world.set_protection("main", contexts=names, **protection)
@@ -368,6 +376,44 @@ def test_a_live_version_that_never_matches_raises_a_card(tmp_path: Path) -> None
         wait_for("the card in the sticky comment", lambda: card_id in " ".join(sticky(gh, number)))
         at_rest(live, gh)
         assert own(gh, "PUT", "/merge") == 1  # nothing is merged again
+    done()
+
+
+def test_a_live_version_that_flaps_raises_a_card_and_never_merges_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Half the service still runs the old version: the version URL answers the merge
+    commit and an older one in turn, so two matching answers in a row never come before
+    the deploy timeout (6 s; the URL is read every second): a card, and one merge."""
+    done = timed(20)
+    with running() as gh, serving(gh, tmp_path / "home") as live:
+        setup(gh, deploy='timeout = "6s"', matches=2)
+        old = gh.sandbox.state.repos[gh.repo].branches["main"]
+        deployed = gh.world.live
+        answers = itertools.count()
+
+        def flapping(repo: str | None = None) -> dict[str, str]:
+            now = deployed(repo)  # the merge commit, once its deployment succeeded
+            return now if next(answers) % 2 == 0 else {"sha": old, "version": "v-old"}
+
+        monkeypatch.setattr(gh.world, "live", flapping)
+        number, _ = open_pr(gh)
+        label(gh, number)
+        wait_for("blocked", lambda: stage_is(live, gh, number, "blocked"), MERGE_TIMEOUT)
+        rec = record(live, gh, number)
+        assert rec.data["card"]["kind"] == "version_timeout"
+        assert [h["stage"] for h in rec.data["history"]][-2:] == ["live_version", "blocked"]
+        seen = [v["matches"] for v in rec.data["versions"]]
+        assert len(seen) >= 4  # read about once a second, not once in the whole timeout
+        assert all(a != b for a, b in itertools.pairwise(seen))  # never twice in a row
+        ((_, card_id),) = rec.cards.items()
+        with live.hub.store.read() as tx:
+            card = tx.get("card", card_id)
+        assert "flapped" in card.text and "2 times in a row within 6s" in card.text
+        wait_for("the card in the sticky comment", lambda: card_id in " ".join(sticky(gh, number)))
+        at_rest(live, gh)
+        merges = [e for e in gh.world.audit.entries(method="PUT") if e.path.endswith("/merge")]
+        assert len(merges) == 1  # nothing is merged again
     done()
 
 

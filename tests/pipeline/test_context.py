@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.context import Ctx, Waiting, instant, short, span
+from pipeline.context import Ctx, Waiting, instant, probe_delay, short, span
 from tests.pipeline.builders import H1, T0, at, policy, snap
 from tests.pipeline.driver import begin
 
@@ -33,3 +33,19 @@ def test_a_wait_names_what_brings_it_and_when_to_wake() -> None:
     assert ctx.waiting == Waiting(on="timer", what="GitHub to compute mergeability")
     assert ctx.wake == at(1)
     assert ctx.past(at(0)) and not ctx.past(at(1)) and not ctx.past(None)
+
+
+@pytest.mark.parametrize(
+    ("timeout_s", "delays"),
+    [
+        (3600, [5, 10, 20, 40, 80, 160, 300, 300]),  # the default hour
+        (120, [5, 10, 12, 12]),  # at most a tenth of the timeout apart
+        (40, [2, 4, 4]),  # a twentieth of it first
+        (6, [1, 1, 1]),  # never more than once a second
+        (1, [1, 1]),
+    ],
+)
+def test_the_live_version_is_read_soon_then_less_often_within_the_timeout(
+    timeout_s: int, delays: list[float]
+) -> None:
+    assert [probe_delay(n, timeout_s) for n in range(len(delays))] == delays

@@ -13,6 +13,8 @@ from pipeline.delivery import (
     delivery_from_data,
     delivery_to_data,
     first_in_line,
+    in_line,
+    next_in_line,
     start,
 )
 from pipeline.effects import RaiseCard
@@ -94,3 +96,19 @@ def test_a_delivery_survives_its_plain_data_form() -> None:
     assert delivery_from_data(data) == d
     answered = drive(snap(answer=CardAnswer(card=card.card, choice=2)), 121).delivery
     assert delivery_from_data(json.loads(json.dumps(delivery_to_data(answered)))) == answered
+
+
+def test_a_place_in_line_is_kept_through_checks_and_the_next_is_named() -> None:
+    updating = replace(
+        in_merge(40, "2026-03-02T09:20:00.000000+00:00"),
+        stage="checks",
+        queued_at="2026-03-02T09:00:00.000000+00:00",
+    )
+    waiting = in_merge(3, "2026-03-02T09:05:00.000000+00:00")
+    assert not first_in_line(waiting, (updating, waiting))  # the one checking is ahead
+    assert first_in_line(updating, (updating, waiting))
+    assert next_in_line((waiting, updating), "acme/web", "main") == updating
+    assert next_in_line((waiting,), "acme/web", "main") == waiting
+    assert next_in_line((waiting,), "acme/web", "release") is None
+    checking = replace(in_merge(5, ""), stage="checks")  # never in the line: holds no place
+    assert not in_line(checking) and next_in_line((checking,), "acme/web", "main") is None

@@ -125,6 +125,18 @@ def test_a_closed_pr_is_cancelled_even_with_a_policy_problem() -> None:
 # ---------------------------------------------------------------------------- progress
 
 
+def test_the_delivery_keeps_what_it_waits_for_until_it_ends() -> None:
+    drive = Driver()
+    step = drive(snap(check_runs=pending()))
+    assert step.waiting is not None and step.delivery.stage == "checks"
+    assert step.delivery.waiting_on == "webhook"
+    assert step.delivery.waiting_for == step.waiting.what
+    assert step.waiting.what.startswith("required checks build (app ")
+    done = drive(snap(labels=()), 1)
+    assert done.waiting is None and done.delivery.stage == "cancelled"
+    assert (done.delivery.waiting_on, done.delivery.waiting_for) == ("", "")
+
+
 def test_progress_is_sent_only_when_it_changes() -> None:
     drive = Driver()
     first = drive(snap(check_runs=pending()))

@@ -296,3 +296,53 @@ def test_a_branch_merged_by_a_person_is_left_alone() -> None:
     drive(snap(check_runs=()))
     step = drive(snap(merged=True, state="closed", merged_by="hubot", merge_commit_sha=MERGED), 3)
     assert of(step, DeleteBranch) == []
+
+
+# -------------------------------------------------------------------------------- line
+
+
+def test_only_the_first_in_line_updates_its_branch() -> None:
+    """Several deliveries behind their base: the others wait their turn instead of each
+    updating (and re-running its checks) after every merge on the base."""
+    drive = Driver()
+    waiting = drive(snap(merge_queue_first=False, **BEHIND))
+    assert of(waiting, UpdateBranch) == [] and waiting.delivery.stage == "merge"
+    assert waiting.waiting is not None and waiting.waiting.on == "line"
+    queued_at = waiting.delivery.queued_at
+    assert queued_at  # it took its place in the line
+    (update,) = of(drive(snap(merge_queue_first=True, **BEHIND), 1), UpdateBranch)
+    assert update.expected_head_sha == H1
+
+
+def test_a_delivery_keeps_its_place_while_its_branch_is_updated_and_checked() -> None:
+    drive = Driver()
+    first = drive(snap(**BEHIND))
+    queued_at = first.delivery.queued_at
+    assert first.delivery.stage == "update_branch" and not first.line_freed
+    updated = snap(head_sha=UPDATED, head_parents=(H1, BASE), check_runs=())
+    checking = drive(updated, 1)
+    assert checking.delivery.stage == "checks" and not checking.line_freed
+    assert checking.delivery.queued_at == queued_at  # still its place, ahead of later ones
+    green_again = snap(
+        head_sha=UPDATED, head_parents=(H1, BASE), check_runs=green("build", "test", head=UPDATED)
+    )
+    (merge,) = of(drive(green_again, 2), Merge)
+    done = drive(
+        snap(
+            head_sha=UPDATED,
+            head_parents=(H1, BASE),
+            check_runs=green("build", "test", head=UPDATED),
+            results=(answer(merge, "done", sha=MERGED),),
+        ),
+        3,
+    )
+    assert done.delivery.stage == "delivered" and done.line_freed
+    assert done.delivery.queued_at == ""
+
+
+def test_a_new_push_gives_up_the_place_in_line() -> None:
+    drive = Driver()
+    drive(snap(merge_queue_first=False))
+    assert drive.delivery.queued_at
+    pushed = drive(snap(head_sha=H2, head_parents=(H1,), check_runs=()), 1)
+    assert pushed.delivery.queued_at == "" and pushed.line_freed

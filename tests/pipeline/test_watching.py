@@ -75,16 +75,16 @@ def test_a_successful_deployment_then_matching_versions_deliver() -> None:
     step = drive(after(deployments=deployed()), 7)
     (probe,) = of(step, ProbeVersion)
     assert (probe.url, probe.field, probe.merge_sha, probe.attempt) == (URL, "sha", MERGED, 1)
-    assert step.delivery.stage == "live_version" and step.wake_at == at(7) + timedelta(seconds=15)
-    one = drive(after(deployments=deployed(), versions=(seen(1, MERGED, 7.1),)), 7.1)
+    assert step.delivery.stage == "live_version" and step.wake_at == at(7) + timedelta(seconds=5)
+    one = drive(after(deployments=deployed(), versions=(seen(1, MERGED, 7.05),)), 7.05)
     assert of(one, ProbeVersion) == []
     assert (
         of(one, Progress)[0].check_title
         == f"Live version: waiting for {URL} to report e4da3b7 (1/2)"
     )
-    second = drive(after(deployments=deployed(), versions=(seen(1, MERGED),)), 7.25)
+    second = drive(after(deployments=deployed(), versions=(seen(1, MERGED),)), 7.1)
     assert [p.attempt for p in of(second, ProbeVersion)] == [2]
-    live = drive(after(deployments=deployed(), versions=(seen(1, MERGED), seen(2, MERGED))), 7.3)
+    live = drive(after(deployments=deployed(), versions=(seen(1, MERGED), seen(2, MERGED))), 7.15)
     assert live.delivery.stage == "delivered" and live.waiting is None
     assert len(drive.merges()) == 1
 
@@ -92,15 +92,33 @@ def test_a_successful_deployment_then_matching_versions_deliver() -> None:
 def test_version_probes_back_off_up_to_five_minutes() -> None:
     drive = merged_pr()
     minutes, delays = 5.0, []
-    for _ in range(7):
+    for _ in range(8):
         step = drive(after(deployments=deployed()), minutes)
         assert step.wake_at is not None
         delay = (step.wake_at - at(minutes)).total_seconds()
         delays.append(delay)
         minutes += delay / 60
-    assert delays == [15, 30, 60, 120, 240, 300, 300]
+    assert delays == [5, 10, 20, 40, 80, 160, 300, 300]
     probes = [e.attempt for e in drive.effects if isinstance(e, ProbeVersion)]
-    assert probes == [1, 2, 3, 4, 5, 6, 7]
+    assert probes == [1, 2, 3, 4, 5, 6, 7, 8]
+
+
+def test_a_short_deploy_timeout_reads_the_version_every_second_until_it() -> None:
+    short_watch = policy(
+        '[deliver.deploy]\ntimeout = "6s"\nversion_url = "https://web.acme.example/version"\n'
+    )
+    drive = merged_pr(short_watch)
+    seconds, delays = 1.0, []
+    while True:
+        step = drive(after(deployments=deployed()), seconds / 60)
+        if step.delivery.stage != "live_version":
+            break
+        assert step.wake_at is not None
+        delays.append((step.wake_at - at(seconds / 60)).total_seconds())
+        seconds += delays[-1]
+    assert step.delivery.card is not None and step.delivery.card.kind == "version_timeout"
+    probes = [e.attempt for e in drive.effects if isinstance(e, ProbeVersion)]
+    assert delays == [1.0] * 6 and probes == [1, 2, 3, 4, 5, 6]
 
 
 def test_a_failed_deployment_raises_a_card_and_nothing_is_merged_again() -> None:
