@@ -31,6 +31,7 @@ from ghapp.runtime.hub import Hub
 from ghapp.runtime.links import CardLinks
 from ghapp.runtime.settings import GitHubSettings, SettingsError
 from ghapp.web.app import Server
+from kernel.model import ChannelSpec
 
 __all__ = ["attach"]
 
@@ -79,13 +80,11 @@ def attach(
         raise RuntimeError("GET /app answered without a slug: check AUTOLOOP_GITHUB_URL")
     bot_login = f"{server.app_slug}[bot]"
 
-    channels: dict[str, GitHubCommentChannel] = {}
-    for name, spec in hub.rules().channels.items():
-        if spec.use == CHANNEL_ADAPTER:
-            channels[name] = GitHubCommentChannel(
-                client, bot_login, links=links if spec.links else None
-            )
-    hub.channels.update(channels)
+    def comment_channel(spec: ChannelSpec) -> GitHubCommentChannel:
+        return GitHubCommentChannel(client, bot_login, links=links if spec.links else None)
+
+    # Made per channel of the rules, again when rules.json adds, renames or changes one.
+    hub.channel_makers[CHANNEL_ADAPTER] = comment_channel
     hub.executors["github"] = GitHubExecutor(client, bot_login)
     deliveries = Deliveries(hub, client, bot_login, bot_app_id=server.app_id)
     server.on_events = deliveries.on_events

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from ghapp.runtime.hub import LEASE_MARGIN_S, Hub, clock_from_env, load_rules, rules_path
 from ghapp.store.base import Store, open_store
@@ -28,6 +28,13 @@ from kernel.rules import starter_rules_text
 log = logging.getLogger("autoloop.home")
 
 CHANNEL_ADAPTERS = frozenset({"console", "desktop", "webhook", "github-comment"})
+#: What to do when a channel of the rules cannot be made in this process.
+CHANNEL_HINTS = {
+    "github-comment": (
+        "no GitHub App is connected here; 'autoloop serve' with AUTOLOOP_GITHUB_APP_ID and "
+        "AUTOLOOP_GITHUB_PRIVATE_KEY set posts them"
+    ),
+}
 
 
 def home_from_env(env: Mapping[str, str]) -> Path:
@@ -147,23 +154,26 @@ class Home:
         self._rules, self._rules_stamp = rules, stamp
         return rules
 
-    def hub(self, **kw: object) -> Hub:
+    def hub(self, *, console: TextIO | None = None, **kw: object) -> Hub:
+        """The hub of this home; ``console`` is where console channels print (stderr)."""
         from plugins.agents.registry import make_agent  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
-        from plugins.channels.local import make_channels  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+        from plugins.channels.local import channel_makers  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
 
         rules = self.rules()
         redact = make_redact(self.home, rules, self.env)
-        return Hub(
+        hub = Hub(
             home=self.home,
             store=self.store,
             rules=self.rules,
             clock=self.clock,
             agent_for=make_agent,
-            channels=make_channels(rules, self.env),
+            channel_makers=channel_makers(self.env, console=console),
             redact=redact,
             lease_margin_s=lease_margin_from_env(self.env),
             **kw,  # type: ignore[arg-type]  # callers pass Hub keyword arguments through
         )
+        hub.cards.hints.update(CHANNEL_HINTS)
+        return hub
 
 
 def secret_values(home: Path, rules: Rules, env: Mapping[str, str]) -> list[str]:
