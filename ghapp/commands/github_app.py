@@ -23,7 +23,7 @@ from typing import Any
 
 from ghapp.github.answers import AnswerDesk
 from ghapp.github.channel import GitHubCommentChannel
-from ghapp.github.client import GitHubClient
+from ghapp.github.client import GitHubClient, NotFound, Unauthorized
 from ghapp.github.deliveries import Deliveries
 from ghapp.github.executor import GitHubExecutor
 from ghapp.github.sweeper import Sweeper
@@ -54,6 +54,20 @@ def sweep_interval(env: Mapping[str, str]) -> float:
     return value
 
 
+def app_refused(settings: GitHubSettings, exc: Unauthorized | NotFound) -> str:
+    """One line for a ``GET /app`` that GitHub refused: what is wrong, what to check."""
+    if isinstance(exc, NotFound):
+        return (
+            f"{settings.api_url} has no GitHub App API ({exc}): check AUTOLOOP_GITHUB_URL "
+            "(https://api.github.com, or https://HOST/api/v3 for GitHub Enterprise)"
+        )
+    return (
+        f"GitHub refused the App's credentials ({exc}): check that AUTOLOOP_GITHUB_APP_ID "
+        f"({settings.app_id}) is the App ID shown on the App's settings page, and that "
+        "AUTOLOOP_GITHUB_PRIVATE_KEY is a private key generated for that App"
+    )
+
+
 def attach(
     server: Server,
     hub: Hub,
@@ -69,6 +83,9 @@ def attach(
     client = GitHubClient.from_settings(settings)
     try:
         app = client.get_app()
+    except (Unauthorized, NotFound) as exc:
+        client.close()
+        raise SettingsError(app_refused(settings, exc)) from None
     except Exception:
         client.close()
         raise

@@ -42,6 +42,28 @@ def home_from_env(env: Mapping[str, str]) -> Path:
     return Path(raw).expanduser() if raw else Path.home() / ".autoloop"
 
 
+HOME_MARKS = ("rules.json", "rules.toml", "master.key", "ledger.db")
+
+
+def require_home(home: Path, env: Mapping[str, str]) -> None:
+    """Refuse a folder that holds no Autoloop home, before anything is made in it.
+
+    A mistyped or unset ``AUTOLOOP_HOME`` must not look like a healthy, empty install:
+    opening the ledger there would create it. With ``AUTOLOOP_DB`` set the ledger lives
+    elsewhere, and the commands that need the rules say so themselves.
+    """
+    if env.get("AUTOLOOP_DB"):
+        return
+    if home.is_dir() and any((home / name).exists() for name in HOME_MARKS):
+        return
+    how = "AUTOLOOP_HOME" if env.get("AUTOLOOP_HOME") else "AUTOLOOP_HOME is not set; its default"
+    raise ConfigError(
+        f"no Autoloop home here ({how}): run 'autoloop init' to make one, or set "
+        "AUTOLOOP_HOME to the folder 'autoloop init' made",
+        file=str(home),
+    )
+
+
 def db_url(env: Mapping[str, str], home: Path) -> str:
     return env.get("AUTOLOOP_DB") or f"sqlite:///{home / 'ledger.db'}"
 
@@ -213,8 +235,15 @@ def make_redact(home: Path, rules: Rules, env: Mapping[str, str]) -> Callable[[s
 
 
 def configure_logs(ctx: Home) -> None:
-    """Log to stderr, every record redacted (level from AUTOLOOP_LOG_LEVEL, default INFO)."""
+    """Log to stderr, every record redacted (level from AUTOLOOP_LOG_LEVEL, default INFO;
+    AUTOLOOP_LOG_FORMAT=json writes one JSON object a line)."""
     level = ctx.env.get("AUTOLOOP_LOG_LEVEL") or "INFO"
+    fmt = (ctx.env.get("AUTOLOOP_LOG_FORMAT") or "text").strip().lower()
+    if fmt not in ("text", "json"):
+        raise ConfigError(
+            f"{fmt!r} is not a log format: use text (the default) or json (one object a line)",
+            file="AUTOLOOP_LOG_FORMAT",
+        )
     redactor = make_redactor(ctx.home, ctx.rules(), ctx.env)
     try:  # ghapp.runtime.logs is landing in parallel with the redactor
         logs: Any = importlib.import_module("ghapp.runtime.logs")
@@ -224,7 +253,7 @@ def configure_logs(ctx: Home) -> None:
         if redactor is None or logs is None:
             logging.basicConfig(level=level.upper(), format="%(levelname)s %(name)s: %(message)s")
         else:
-            logs.configure_logging(level, redactor)
+            logs.configure_logging(level, redactor, json=fmt == "json")
     except ValueError as exc:
         raise ConfigError(
             f"{exc}; use DEBUG, INFO, WARNING or ERROR", file="AUTOLOOP_LOG_LEVEL"

@@ -159,3 +159,163 @@ def test_a_github_comment_channel_edited_in_while_serving_posts_the_card(
         assert "How should this issue be triaged?" in body
         assert "/cards/" not in body  # the new channel has no "links": true
     assert "Traceback" not in server.text()
+
+
+# ------------------------------------------------------------------ refused at start
+
+
+def serve_once(env: dict[str, str], *args: str, home: Path | None = None) -> Any:
+    """``autoloop serve`` expected to refuse to start: its CompletedProcess."""
+    full = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("AUTOLOOP_")},
+        "PYTHONPATH": str(ROOT),
+        "AUTOLOOP_LOG_LEVEL": "WARNING",  # the request log of GET /app aside
+        **({"AUTOLOOP_HOME": str(home)} if home is not None else {}),
+        **env,
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "ghapp.commands.cli", "serve", *args],
+        cwd=ROOT,
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def one_line(proc: Any) -> str:
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    return str(lines[0])
+
+
+def test_a_wrong_app_id_is_one_line_naming_the_setting(tmp_path: Path) -> None:
+    init_home(tmp_path / "home")
+    with sandbox() as gh:
+        env = {**settings_env(gh), "AUTOLOOP_GITHUB_APP_ID": str(gh.app_id + 4242)}
+        line = one_line(serve_once(env, "--port", str(free_port()), home=tmp_path / "home"))
+    assert "GET /app: 401" in line
+    assert "AUTOLOOP_GITHUB_APP_ID" in line and str(gh.app_id + 4242) in line
+    assert "listening" not in line
+
+
+def test_a_wrong_api_url_is_one_line_naming_the_setting(tmp_path: Path) -> None:
+    init_home(tmp_path / "home")
+    with sandbox() as gh:
+        env = {**settings_env(gh), "AUTOLOOP_GITHUB_URL": gh.api_url + "/nothing-here"}
+        line = one_line(serve_once(env, "--port", str(free_port()), home=tmp_path / "home"))
+    assert "404" in line and "AUTOLOOP_GITHUB_URL" in line
+
+
+@pytest.mark.parametrize("port", ["99999", "-1"])
+def test_a_port_out_of_range_is_one_line_and_exit_2(tmp_path: Path, port: str) -> None:
+    init_home(tmp_path / "home")
+    line = one_line(serve_once({}, "--port", port, home=tmp_path / "home"))
+    assert f"--port {port}" in line and "1 to 65535" in line
+
+
+def test_a_port_in_use_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    import socket
+
+    init_home(tmp_path / "home")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        line = one_line(serve_once({}, "--port", str(port), home=tmp_path / "home"))
+    assert f"cannot listen on 127.0.0.1:{port}" in line
+
+
+@pytest.mark.parametrize("how", ["unset", "mistyped"])
+def test_serve_without_a_home_refuses_before_making_one(tmp_path: Path, how: str) -> None:
+    user = tmp_path / "user"
+    user.mkdir()
+    env = {"HOME": str(user)}
+    if how == "mistyped":
+        env["AUTOLOOP_HOME"] = str(tmp_path / "hmoe")
+    line = one_line(serve_once(env, "--port", str(free_port())))
+    assert "no Autoloop home here" in line and "autoloop init" in line
+    assert list(user.iterdir()) == []  # no ~/.autoloop/ledger.db made before refusing
+    assert not (tmp_path / "hmoe").exists()
+
+
+# ------------------------------------------------------------------ webhooks in the log
+
+SECRET = "it-is-the-right-secret"
+
+
+def post_webhook(url: str, secret: str, delivery: str, event: str = "ping") -> int:
+    body = json.dumps({"zen": "Keep it logically awesome.", "hook_id": 1}).encode()
+    sig = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    headers = {
+        "X-GitHub-Event": event,
+        "X-GitHub-Delivery": delivery,
+        "X-Hub-Signature-256": sig,
+        "Content-Type": "application/json",
+    }
+    return httpx.post(url + "/github/webhook", content=body, headers=headers).status_code
+
+
+@pytest.fixture
+def webhooks_only(tmp_path: Path) -> Iterator[Serve]:
+    """``autoloop serve`` with a webhook secret only (no App): it verifies and records."""
+    home = tmp_path / "home"
+    init_home(home)
+    server = Serve(home, {"AUTOLOOP_GITHUB_WEBHOOK_SECRET": SECRET}, tmp_path / "serve.log")
+    yield server
+    server.stop()
+
+
+def test_each_webhook_is_one_info_line_with_event_delivery_status_and_ms(
+    webhooks_only: Serve,
+) -> None:
+    server = webhooks_only
+    server.start()
+    assert post_webhook(server.url, SECRET, "d-good-1") == 200
+    assert post_webhook(server.url, SECRET, "d-good-1") == 200  # a redelivery
+    server.stop()
+    lines = server.lines("d-good-1")
+    assert len(lines) == 2, server.text()
+    for line in lines:
+        assert " INFO autoloop.webhook: webhook ping delivery d-good-1: 200 in " in line
+        assert line.endswith(" ms")
+
+
+def test_a_wrong_webhook_secret_is_401_and_one_warning_a_minute_saying_so(
+    webhooks_only: Serve,
+) -> None:
+    server = webhooks_only
+    server.start()
+    codes = [post_webhook(server.url, "the-wrong-secret", f"d-bad-{i}") for i in range(3)]
+    assert codes == [401, 401, 401]
+    server.stop()
+    warnings = server.lines("WARNING")
+    assert len(warnings) == 1, server.text()
+    assert "delivery d-bad-0: 401" in warnings[0]
+    assert "does not match AUTOLOOP_GITHUB_WEBHOOK_SECRET" in warnings[0]
+    for i in (1, 2):  # the others of that minute: one plain line each
+        (line,) = server.lines(f"d-bad-{i}")
+        assert " INFO " in line and ": 401 in " in line
+
+
+def test_json_logs_carry_the_webhook_fields(webhooks_only: Serve) -> None:
+    server = webhooks_only
+    server.env["AUTOLOOP_LOG_FORMAT"] = "json"
+    server.start()
+    assert post_webhook(server.url, SECRET, "d-json-1", event="issues") == 200
+    server.stop()
+    (line,) = server.lines("d-json-1")
+    doc = json.loads(line)
+    assert doc["logger"] == "autoloop.webhook" and doc["level"] == "INFO"
+    assert (doc["event"], doc["delivery"], doc["status"]) == ("issues", "d-json-1", 200)
+    assert isinstance(doc["ms"], float)
+
+
+def test_a_bad_log_format_is_one_line(tmp_path: Path) -> None:
+    init_home(tmp_path / "home")
+    env = {"AUTOLOOP_LOG_FORMAT": "yaml", "AUTOLOOP_GITHUB_WEBHOOK_SECRET": SECRET}
+    line = one_line(serve_once(env, "--port", str(free_port()), home=tmp_path / "home"))
+    assert "AUTOLOOP_LOG_FORMAT" in line and "json" in line
