@@ -53,8 +53,15 @@ class Serve:
     def start(self, *args: str) -> None:
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "ghapp.commands.cli", "serve", "--port", str(self.port)]
-                + list(args),
+                [
+                    sys.executable,
+                    "-m",
+                    "ghapp.commands.cli",
+                    "serve",
+                    "--port",
+                    str(self.port),
+                    *args,
+                ],
                 cwd=ROOT,
                 env=self.env,
                 stdout=out,
