@@ -326,3 +326,35 @@ def test_a_bad_log_format_is_one_line(tmp_path: Path) -> None:
     env = {"AUTOLOOP_LOG_FORMAT": "yaml", "AUTOLOOP_GITHUB_WEBHOOK_SECRET": SECRET}
     line = one_line(serve_once(env, "--port", str(free_port()), home=tmp_path / "home"))
     assert "AUTOLOOP_LOG_FORMAT" in line and "json" in line
+
+
+# ------------------------------------------------------------------ an agent that is missing
+
+
+def test_a_missing_agent_is_tried_once_and_its_details_stay_off_the_issue(
+    tmp_path: Path,
+) -> None:
+    doc = rules()
+    doc["agents"] = {"demo": {"use": "command", "command": ["no-such-agent-here", "{prompt}"]}}
+    with sandbox() as gh, serving(gh, tmp_path, doc) as server:
+        number = gh.world.open_issue("reader", "Crash on start")
+        wait_for("the card's comment", lambda: card_comments(gh, number), log=server)
+        time.sleep(1.0)  # a retry would come at once: give it the time to show
+        (body,) = card_comments(gh, number)
+    assert "Autoloop could not finish its work here." in body
+    for private in ("no-such-agent-here", "autoloop why", "rules.json", "No such file"):
+        assert private not in body, body
+    status = subprocess.run(
+        [sys.executable, "-m", "ghapp.commands.cli", "status", "--json"],
+        cwd=ROOT,
+        env=server.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    data = json.loads(status.stdout)
+    assert [t["state"] for t in data["turns"]] == ["failed"]  # tried once, not three times
+    (card,) = data["cards"]
+    assert card["title"] == "Agent 'demo' could not start"
+    assert "no-such-agent-here" in card["text"]  # the details stay local
