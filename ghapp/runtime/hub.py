@@ -235,6 +235,12 @@ class Hub:
         self._after(out)
         return out
 
+    def dismiss(self, card: str, *, by: str = "") -> Outcome:
+        """Close an open notice card; its channels show it closed."""
+        out = self.ledger.decide(k.Dismiss(card=card, by=by))
+        self._after(out)
+        return out
+
     def tick(self, *, look_ahead_s: float = 0.0) -> int:
         """Fire due timers, expire lapsed leases, tick due schedules (the kernel decides
         which, from now in the rules' time zone); returns how many timers and schedules
