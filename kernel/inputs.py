@@ -28,6 +28,7 @@ __all__ = [
     "Claim",
     "Decision",
     "Delivered",
+    "Dismiss",
     "Effect",
     "Finish",
     "Heartbeat",
@@ -74,6 +75,7 @@ class AgentOutcome:
     tokens: int | None = None
     error: str = ""
     timed_out: bool = False
+    retry: bool = True  # False: running it again cannot help (its program is missing)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -195,6 +197,14 @@ class Advance:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Dismiss:
+    """A person closes an open notice card (``autoloop cards dismiss CARD``)."""
+
+    card: str
+    by: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Wake:
     """Something these pipelines wait on happened: each active one is due now."""
 
@@ -215,6 +225,7 @@ Input = (
     | OwnerNotice
     | Advance
     | Wake
+    | Dismiss
 )
 
 # ---------------------------------------------------------------------------- effects
