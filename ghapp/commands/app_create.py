@@ -174,12 +174,20 @@ def _write_key(path: Path, pem: str) -> None:
     os.chmod(path, 0o600)
 
 
+def key_setting(key_file: Path, settings_file: Path) -> str:
+    """The key file as the settings name it: its bare name when it is beside the settings
+    file (so the folder can move), else its absolute path."""
+    if key_file.parent.resolve() == settings_file.parent.resolve():
+        return key_file.name
+    return str(key_file.resolve())
+
+
 def save(plan: Plan, data: Mapping[str, Any]) -> Outcome:
     """Write the key file and the settings; answer what was registered."""
     _write_key(plan.key_file, str(data["pem"]))
     updates: dict[str, str | int] = {
         "github_app_id": int(data["id"]),
-        "github_private_key": str(plan.key_file),
+        "github_private_key": key_setting(plan.key_file, plan.settings_file),
         "github_webhook_secret": str(data["webhook_secret"]),
     }
     if plan.api_url != DEFAULT_GITHUB_URL:

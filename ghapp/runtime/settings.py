@@ -13,7 +13,9 @@ A value set in the environment wins over the same key in the file (the file hold
 the defaults of a deployment, the environment overrides them for one process); an
 empty environment value counts as unset. Without an explicit file, ``settings.toml`` in
 the home folder (``AUTOLOOP_HOME``, else ``$HOME/.autoloop``) is read when it exists:
-``autoloop app create`` writes the App's settings there.
+``autoloop app create`` writes the App's settings there. A relative key path in a file
+is taken from the file's folder, so a home folder can move (a backup restored elsewhere,
+a container's volume).
 Nothing is checked until it is needed: :meth:`Settings.require_github` checks the
 GitHub part and raises :class:`SettingsError`, whose text is one line that names
 the setting and says what to do.
@@ -81,6 +83,10 @@ class Settings:
             found = home_settings_file(env)
             file = found if found is not None and found.is_file() else None
         values = _read_file(file) if file is not None else {}
+        key_in_file = values.get("github_private_key", "").strip()
+        if file is not None and key_in_file and not key_in_file.startswith(PEM_BEGIN):
+            # a key file named relative to the settings file: beside it, wherever it moved
+            values["github_private_key"] = str(file.parent / Path(key_in_file).expanduser())
         for key in KEYS:
             raw = env.get(PREFIX + key.upper())
             if raw is not None and raw.strip() != "":

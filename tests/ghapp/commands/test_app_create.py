@@ -89,6 +89,8 @@ def test_app_create_registers_the_app_and_writes_its_settings(
     checked = settings.require_github()
     assert checked.api_url == gh.api_url
     assert settings.github_private_key == str(key_file)
+    # the key is named beside the settings, so the home folder can move
+    assert 'github_private_key = "github-app.private-key.pem"\n' in settings_file.read_text()
     app = gh.sandbox.state.apps[checked.app_id]
     assert app.slug == "al-acme"
     assert app.owner == "acme"
