@@ -4,8 +4,8 @@ A fenced block is run when an HTML comment (invisible on GitHub) right before it
 so; every ``sh`` block must carry one, so no command of the docs escapes the test:
 
 - ``<!-- doc-test: run -->``: run it with bash (``set -euo pipefail``) in the doc's
-  session: one working folder and one environment, carried from block to block as a
-  shell would carry ``export``\\ s; ``run, exit 1`` expects that exit code;
+  session: one working folder and one environment, carried from block to block as one
+  shell would carry its variables; ``run, exit 1`` expects that exit code;
   ``expect "TEXT"`` also wants TEXT in its output;
 - ``<!-- doc-test: background NAME, wait "TEXT" -->``: start it and leave it running
   until the doc ends (``wait``: until TEXT shows in its output, or ``wait "TEXT" in
@@ -14,6 +14,8 @@ so; every ``sh`` block must carry one, so no command of the docs escapes the tes
   end well;
 - ``<!-- doc-test: file PATH -->``: write the block to PATH (``~`` is the session's
   home; ``$VAR`` from the session's environment);
+- ``<!-- doc-test: same-as PATH -->``: the block is a copy of the repository's file
+  PATH (a unit file, say), and must stay one;
 - ``<!-- doc-test: rules -->``: a ``rules.json`` example that is not run: it must load
   as the server loads its rules (every field checked);
 - ``<!-- doc-test: skip REASON -->``: not run, and the reason says why (real GitHub,
@@ -45,6 +47,7 @@ from kernel.rules import parse_rules
 from plugins.agents.registry import KNOWN_AGENT_ADAPTERS
 from tests.browser import register_app
 
+REPO = Path(__file__).resolve().parent.parent.parent
 MARK = re.compile(r"^\s*<!--\s*doc-test:\s*(.*?)\s*-->\s*$")
 FENCE = re.compile(r"^(\s*)(`{3,})(.*)$")
 COMMAND_INFOS = frozenset({"sh", "bash", "shell", "console"})
@@ -124,6 +127,9 @@ def _split_outside_quotes(text: str) -> list[str]:
 
 
 def parse_marker(marker: str) -> Directives:
+    kind, _, rest = marker.strip().partition(" ")
+    if kind == "skip":  # the reason is free text
+        return Directives(kind=kind, args=[rest.strip()] if rest.strip() else [])
     parts = _split_outside_quotes(marker)
     head = shlex.split(parts[0])
     found = Directives(kind=head[0], args=head[1:])
@@ -184,6 +190,9 @@ class DocSession:
             target.write_text(block.body, encoding="utf-8")
         elif how.kind == "rules":
             check_rules(block)
+        elif how.kind == "same-as":
+            original = (REPO / how.args[0]).read_text(encoding="utf-8")
+            assert block.body == original, f"{block.where} differs from {how.args[0]}"
         elif how.kind == "run":
             self.run(block, how)
         elif how.kind == "background":
@@ -197,7 +206,8 @@ class DocSession:
         dump = self.work / ".doc-test-env"
         script = self.work / ".doc-test.sh"
         script.write_text(
-            "set -euo pipefail\n" + self.localize(block.body) + '\nenv -0 > "$DOC_TEST_ENV"\n'
+            # set -a: variables set by one block are there for the next ones, as in a shell
+            "set -aeuo pipefail\n" + self.localize(block.body) + '\nenv -0 > "$DOC_TEST_ENV"\n'
         )
         proc = subprocess.run(
             ["bash", str(script)],

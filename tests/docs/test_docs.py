@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -74,3 +76,33 @@ def test_rules_md_triages_an_issue_on_the_sandbox(tmp_path: Path) -> None:
     work.mkdir()
     logs = walk(DocSession(work, session_env(tmp_path / "me")), DOCS / "rules.md")
     assert "Traceback" not in logs["serve"]
+
+
+def test_deploy_md_backs_up_restores_and_checks_a_home_folder(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    me = tmp_path / "me"
+    home = me / "service-home"
+    env = session_env(me, AUTOLOOP_HOME=str(home))
+    # a home folder with a history, as a running service has one
+    for args in (
+        ["init"],
+        ["emit", "local", "hello.world", "demo", "--id", "1"],
+        ["drain"],
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "ghapp.commands.cli", *args],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+    walk(DocSession(work, env), DOCS / "deploy.md")
+    backups = list((me / "autoloop-backup").iterdir())
+    assert len(backups) == 1
+    assert sorted(p.name for p in backups[0].iterdir()) == ["ledger.db", "master.key", "rules.json"]
+    assert (backups[0] / "master.key").read_bytes() == (home / "master.key").read_bytes()
+    assert (me / "autoloop-restored" / "ledger.db").stat().st_size > 0
