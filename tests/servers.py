@@ -41,8 +41,10 @@ def live_server(
     env: dict[str, str] | None = None,
     start_worker: bool = True,
     connect_github: bool = False,
+    http: dict[str, Any] | None = None,
 ) -> Iterator[Live]:
-    """A full ``autoloop serve`` (hub, ingest queue, worker, app) on 127.0.0.1."""
+    """A full ``autoloop serve`` (hub, ingest queue, worker, app) on 127.0.0.1; ``http``:
+    options of :func:`ghapp.commands.serve.serving_in_thread` (header deadline, cap)."""
     init_home(home, rules_text=json.dumps(rules))
     full_env = {"AUTOLOOP_HOME": str(home), **(env or {})}
     settings = Settings.from_env(full_env)
@@ -57,7 +59,7 @@ def live_server(
     )
     running.start(worker=start_worker)
     try:
-        with serving_in_thread(running, port) as url:
+        with serving_in_thread(running, port, **(http or {})) as url:
             yield Live(url=url, running=running, ctx=ctx)
     finally:
         running.stop()

@@ -122,8 +122,24 @@ def cmd_drain(args: argparse.Namespace) -> int:
     if args.json:
         _print_json({"turns": report.turns, "timers_fired": report.timers})
     elif not report.turns:
-        print("nothing to run")
+        print(_nothing_to_run(ctx))
     return 0
+
+
+def _nothing_to_run(ctx: Home) -> str:
+    """Why a drain ran nothing: a turn that still runs holds its matter (it may belong to
+    another process, or to one that died: then its claim lapses at ``lease_until``)."""
+    with ctx.store.read() as tx:
+        running = [t for t in tx.query("turn", states=["running"]) if isinstance(t, Turn)]
+    if not running:
+        return "nothing to run"
+    t = min(running, key=lambda t: t.lease_until)
+    more = f" (and {len(running) - 1} more turn(s))" if len(running) > 1 else ""
+    return (
+        f"nothing to run now: turn {t.id} of matter {t.matter} is running on worker "
+        f"{t.worker!r}{more}; its matter waits until it ends or its claim lapses "
+        f"at {t.lease_until or 'an unknown time'} (see 'autoloop status')"
+    )
 
 
 def _usage(ctx: Home) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import logging
 import os
 import signal
 import sys
@@ -33,7 +34,10 @@ from ghapp.runtime.links import CardLinks
 from ghapp.runtime.settings import Settings, SettingsError
 from ghapp.runtime.worker import WorkerLoop
 from ghapp.web.app import Server, create_app
+from ghapp.web.connections import HEADER_TIMEOUT_S, http_config, raise_open_files
 from kernel.errors import ConfigError
+
+log = logging.getLogger("autoloop.serve")
 
 
 @dataclass
@@ -125,10 +129,24 @@ def build(
 
 
 @contextlib.contextmanager
-def serving_in_thread(running: Running, port: int, *, host: str = "127.0.0.1") -> Iterator[str]:
+def serving_in_thread(
+    running: Running,
+    port: int,
+    *,
+    host: str = "127.0.0.1",
+    header_timeout_s: float = HEADER_TIMEOUT_S,
+    max_connections: int | None = None,
+) -> Iterator[str]:
     """Serve ``running`` (already started) with uvicorn in a thread of this process, for
     the demo and the tests; yields the base URL once the server listens."""
-    config = uvicorn.Config(create_app(running.server), host=host, port=port, log_level="error")
+    config = http_config(
+        create_app(running.server),
+        host=host,
+        port=port,
+        log_level="error",
+        header_timeout_s=header_timeout_s,
+        max_connections=max_connections,
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -164,6 +182,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--base-url", default="", help="public URL of this server, for card links")
     args = p.parse_args(argv)
     env: Mapping[str, str] = os.environ
+    # Every idle client holds a descriptor: take all the open files we may (before the
+    # ledger and the worker open theirs), and cap connections below that (http_config).
+    files = raise_open_files()
     try:
         settings = Settings.from_env(env, args.config)
         ctx = Home.open(env=dict(env), home=settings.home)
@@ -180,7 +201,7 @@ def main(argv: list[str]) -> int:
         print(f"autoloop serve: {exc}", file=sys.stderr)
         return 2
     running.start()
-    config = uvicorn.Config(
+    config = http_config(
         create_app(running.server),
         host=args.host,
         port=args.port,
@@ -191,6 +212,7 @@ def main(argv: list[str]) -> int:
     server = uvicorn.Server(config)
     for note in running.notes:
         print(f"autoloop serve: {note}", flush=True)
+    log.info("%s", files.line())
     print(f"autoloop serve: listening on http://{args.host}:{args.port}", flush=True)
     done = threading.Event()
 

@@ -24,6 +24,7 @@ import base64
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, Literal
 from urllib.parse import quote
@@ -256,6 +257,7 @@ class GitHubClient:
         params: Mapping[str, Any] | None = None,
         body: Any = None,
         idempotent: bool | None = None,
+        policy: Policy | None = None,
     ) -> httpx.Response:
         # The credential is resolved once, before the retries: a token exchange has its
         # own retries, and its failure means this request was never sent.
@@ -263,7 +265,7 @@ class GitHubClient:
             method,
             url,
             lambda: self._send_once(method, url, authorization, params, body),
-            policy=self._policy,
+            policy=policy or self._policy,
             idempotent=idempotent,
             now=self._now,
             sleep=self._sleep,
@@ -780,8 +782,11 @@ class GitHubClient:
 
     # ----------------------------------------------------------------------- the App
 
-    def get_app(self) -> JSON:
-        return _as_dict(self._call("GET", "/app", self._app_auth()))
+    def get_app(self, *, once: bool = False) -> JSON:
+        """The App itself (id, slug). ``once``: a single attempt, no retries (the caller
+        has a retry loop of its own, e.g. the server's start in a GitHub outage)."""
+        policy = replace(self._policy, attempts=1) if once else None
+        return _as_dict(self._call("GET", "/app", self._app_auth(), policy=policy))
 
     def list_installations(self) -> list[JSON]:
         """The App's installations (``account``, ``permissions``, ``events``...)."""

@@ -135,18 +135,37 @@ _BASE_STAGES = frozenset({"merge", "update_branch"})
 _DEPLOY_STAGES = frozenset({"deployment", "live_version"})
 
 
-def _concerned(active: Iterable[Pipeline], repo: str, event: Event) -> set[str]:
+def _concerned(
+    active: Iterable[Pipeline], repo: str, event: Event, gone: frozenset[str] = frozenset()
+) -> set[str]:
     """The active pipelines of ``repo`` that an event naming no pull request concerns.
 
     Matched by commit, not by repository, so that one check or status of one PR does not
     wake every delivery in flight: a check or a status wakes the pipelines whose head (or
     merge commit) it is about; a deployment, those watching deployments; a push to a
-    branch, those about to write against it as their base. An event that names no commit
-    or branch wakes every pipeline of the repository."""
+    branch, the first in the merge line of that base (the others wait their turn, and
+    are woken in turn) and those updating their branch. An event that names no commit
+    or branch wakes every pipeline of the repository (``gone``: merged here already)."""
     d = event.details
     sha = _text(d.get("head_sha")) or _text(d.get("sha"))
     branch = _text(d.get("branch"))
     out: set[str] = set()
+    if event.type.startswith("push") and branch:
+        mine = [
+            p
+            for p in active
+            if (pipeline_subject(p.id) or "").split("#", 1)[0].lower() == repo.lower()
+            and _text(p.data.get("base_ref")) == branch
+        ]
+        line = [
+            delivery_from_data(_delivery_part(p.data))
+            for p in mine
+            if p.id not in gone
+            and (p.stage == "merge" or (p.stage in LINE_STAGES and p.data.get("queued_at")))
+        ]
+        first = next_in_line(line, line[0].repo, branch) if line else None
+        out = {p.id for p in mine if p.stage == "update_branch"}
+        return out | ({first.id} if first is not None else set())
     for p in active:
         if (pipeline_subject(p.id) or "").split("#", 1)[0].lower() != repo.lower():
             continue
@@ -242,6 +261,15 @@ class Deliveries:
         # The merge line of each (repository, base): a lock, and a count of the merges and
         # pushes seen on that base (a snapshot read before one may be out of date).
         self._lines: dict[tuple[str, str], threading.Lock] = {}
+        self._gone: set[str] = set()  # merged here, still in merge in the ledger
+        # The active pipelines as last read: all of them at each full read (on start, when
+        # woken from outside, every backstop_s), each again after this process decided or
+        # started it. The loop works from it, so a webhook or a finished decision costs
+        # no read of every pipeline.
+        self._index: dict[str, Pipeline] = {}
+        self._direct: set[str] = set()  # woken by events just recorded: due now
+        self._scan_wanted = True
+        self._next_scan = 0.0
         self._generations: dict[tuple[str, str], int] = {}
         # The policy of each repository, read from its default branch: kept for
         # POLICY_TTL_S, and forgotten at once when a push to the repository arrives.
@@ -273,6 +301,8 @@ class Deliveries:
 
     def wake(self) -> None:
         """Look at the due pipelines now (something may have woken one in the ledger)."""
+        with self._lock:
+            self._scan_wanted = True
         self._wake.set()
 
     def idle(self) -> bool:
@@ -292,11 +322,12 @@ class Deliveries:
                 self._events.extend(found)
             self._wake.set()
 
-    def _take_events(self, events: list[Event]) -> None:
+    def _take_events(self, events: list[Event]) -> set[str]:
         """Record a ``Wake`` for the active pipelines ``events`` concern, and start one
-        for a PR that got one of the delivery labels."""
-        active = {p.id: p for p in self._active()}
+        for a PR that got one of the delivery labels; returns those (due now)."""
+        active = {p.id: p for p in self._indexed()}
         wake: set[str] = set()
+        started: set[str] = set()
         for event in events:
             d = event.details
             if event.type.startswith("push"):  # the policy may have changed
@@ -315,7 +346,7 @@ class Deliveries:
                         if event.type == "pull_request.labeled"
                         else tuple(_text(x) for x in d.get("labels") or () if _text(x))
                     )
-                    self._start(
+                    started |= self._start(
                         _Start(
                             repo=repo,
                             number=number,
@@ -328,15 +359,18 @@ class Deliveries:
                 if number:
                     wake.add(pipeline_id(repo, number))
                 else:
-                    wake |= _concerned(active.values(), repo, event)
+                    with self._lock:
+                        gone = frozenset(self._gone)
+                    wake |= _concerned(active.values(), repo, event, gone)
         wake &= set(active)
         if wake:
             self.hub.ledger.decide(k.Wake(pipelines=tuple(sorted(wake))))
+        return wake | started
 
     # -- the loop ----------------------------------------------------------------------
 
     def _run(self) -> None:
-        for p in self._active():  # recovery: every active pipeline once
+        for p in self._rescan():  # recovery: every active pipeline once
             if self._stop.is_set():
                 return
             self._submit(p.id)
@@ -344,19 +378,55 @@ class Deliveries:
             self._wake.clear()
             with self._lock:
                 events, self._events = self._events, []
+                direct, self._direct = self._direct, set()
+                scan, self._scan_wanted = self._scan_wanted, False
                 self._busy = True
+            active: list[Pipeline] = []
             try:
                 if events:
-                    self._take_events_safely(events)
-                active = self._active()
+                    direct |= self._take_events_safely(events)
+                for pid in sorted(direct):
+                    self._submit(pid)
+                if scan or time.monotonic() >= self._next_scan:
+                    active = self._rescan()
+                else:
+                    active = self._indexed()
                 for pid in self._due(active):
                     if self._stop.is_set():
                         break
                     self._submit(pid)
+            except Exception as exc:  # the ledger failed: keep going, read all again soon
+                log.warning("deliveries: %s: %s", type(exc).__name__, exc)
+                with self._lock:
+                    self._scan_wanted = True
+                self._stop.wait(1.0)
             finally:
                 with self._lock:
                     self._busy = False
-            self._wake.wait(self._sleep_s(active))
+            until_scan = max(0.0, self._next_scan - time.monotonic())
+            self._wake.wait(min(self._sleep_s(active), until_scan))
+
+    def _rescan(self) -> list[Pipeline]:
+        """Read every active pipeline again (another replica may have moved them)."""
+        active = self._active()
+        with self._lock:
+            self._index = {p.id: p for p in active}
+        self._next_scan = time.monotonic() + self.backstop_s
+        return active
+
+    def _indexed(self) -> list[Pipeline]:
+        with self._lock:
+            return list(self._index.values())
+
+    def _refresh(self, pid: str) -> Pipeline | None:
+        """Read ``pid`` again into the index (gone from it once ended)."""
+        rec = self._record(pid)
+        with self._lock:
+            if rec is None or rec.ended:
+                self._index.pop(pid, None)
+            else:
+                self._index[pid] = rec
+        return rec
 
     def _submit(self, pid: str) -> None:
         """Decide ``pid`` on a decider thread, unless one is deciding it already (that
@@ -374,16 +444,19 @@ class Deliveries:
     def _decide_on_thread(self, pid: str) -> None:
         try:
             self._safely(pid)
+            with contextlib.suppress(Exception):  # read again at the next full read
+                self._refresh(pid)
         finally:
             with self._lock:
                 self._running.discard(pid)
-            self._wake.set()  # what woke it meanwhile, or another in line, may be due
+            self._wake.set()  # what woke it meanwhile, or its next deadline, counts now
 
-    def _take_events_safely(self, events: list[Event]) -> None:
+    def _take_events_safely(self, events: list[Event]) -> set[str]:
         try:
-            self._take_events(events)
+            return self._take_events(events)
         except Exception as exc:  # the ledger or GitHub failed: the sweeper reconciles later
             log.warning("delivery events: %s: %s", type(exc).__name__, exc)
+            return set()
 
     def _safely(self, pid: str) -> None:
         rec = self._record(pid)
@@ -477,16 +550,16 @@ class Deliveries:
 
     # -- starting ----------------------------------------------------------------------
 
-    def _start(self, s: _Start) -> None:
+    def _start(self, s: _Start) -> set[str]:
         pid = pipeline_id(s.repo, s.number)
         rec = self._record(pid)
         if rec is not None and not rec.ended:
-            return  # already on its way: the wake recorded for the event moves it
+            return set()  # already on its way: the wake recorded for the event moves it
         try:
             policy = self._policy(s.repo)
         except Exception as exc:  # GitHub unreachable: the sweeper reconciles the PR later
             log.warning("delivery %s: cannot read the policy: %s", pid, exc)
-            return
+            return set()
         labels = policy.labels if isinstance(policy, Policy) else Policy().labels
         names = {n.casefold() for n in s.labels}
         mode: Mode
@@ -495,7 +568,7 @@ class Deliveries:
         elif labels.review.casefold() in names:
             mode = "review"
         else:
-            return
+            return set()
         now = self.hub.clock()
         run = 1
         if rec is not None:
@@ -516,8 +589,11 @@ class Deliveries:
             )
         )
         self.hub.outbox.carry_out(out)
-        if out.reply.code == "advanced":
-            log.info("delivery %s: started (%s, run %d)", pid, mode, run)
+        if out.reply.code != "advanced":
+            return set()
+        log.info("delivery %s: started (%s, run %d)", pid, mode, run)
+        self._refresh(pid)
+        return {pid}
 
     # -- one pipeline ------------------------------------------------------------------
 
@@ -548,9 +624,12 @@ class Deliveries:
             g = self._gather(pid)
             if g is None:
                 return None
-            in_line = g.delivery.mode == "deliver" and g.delivery.stage not in (
-                *POST_MERGE,
-                *TERMINAL,
+            with self._lock:
+                merged = pid in self._gone  # merged: it holds the line no more
+            in_line = (
+                g.delivery.mode == "deliver"
+                and g.delivery.stage not in (*POST_MERGE, *TERMINAL)
+                and not merged
             )
             with self._line(g.base) if in_line else contextlib.nullcontext():
                 if in_line:  # the line as it is now, read under its lock
@@ -612,12 +691,18 @@ class Deliveries:
         )
 
     def _in_line(self, pid: str) -> list[Delivery]:
-        """The other deliveries holding a place in a merge line (only they are decoded)."""
+        """The other deliveries holding a place in a merge line (only they are decoded),
+        but not those this process saw merged (their place is free already)."""
+        with self._lock:
+            gone = set(self._gone)
         with self.hub.store.read() as tx:
             found = [
                 delivery_from_data(_delivery_part(p.data))
                 for p in tx.query("pipeline", states=["active"])
-                if isinstance(p, Pipeline) and p.id != pid and p.stage in LINE_STAGES
+                if isinstance(p, Pipeline)
+                and p.id != pid
+                and p.id not in gone
+                and (p.stage == "merge" or (p.stage in LINE_STAGES and p.data.get("queued_at")))
             ]
         return [d for d in found if in_line(d)]
 
@@ -745,18 +830,47 @@ class Deliveries:
         self._carry_out(out, specs)
         if second is not None and second.reply.code == "advanced":
             self._carry_out(second, filled)
-        if any(a.do == "github.merge" for a in specs):
+        merges = [a for a in specs if a.do == "github.merge"]
+        if merges:
             self._moved(g.base)  # whatever GitHub answered, the base may hold it now
+            if self._merged(pid, merges[0].id):
+                # Merged: its place is free now, before its next decision says so (that
+                # one reads the PR again); the next in line need not wait for it.
+                with self._lock:
+                    self._gone.add(pid)
+                self._wake_next(others, d)
         if d.stage != delivery.stage:
             log.info("delivery %s: %s -> %s", pid, delivery.stage, d.stage)
         if step.line_freed:  # the next in line on this base may go on now (only it)
-            nxt = next_in_line(others, d.repo, d.base_ref)
-            if nxt is not None:
-                self.hub.ledger.decide(k.Wake(pipelines=(nxt.id,)))
+            with self._lock:
+                woken = pid in self._gone  # already, when its merge was answered
+                self._gone.discard(pid)
+            if not woken:
+                self._wake_next(others, d)
         # A write we asked for has ended (the outbox performs it inline): decide again,
         # unless all it asked for was showing progress.
         writes = [a for a in specs if a.id in requested and a.do != "github.progress"]
         return step, "advanced", again or bool(writes)
+
+    def _merged(self, pid: str, action_id: str) -> bool:
+        """Whether the merge action ``action_id`` of ``pid`` was answered done."""
+        with self.hub.store.read() as tx:
+            found = [a for a in tx.query("action", matter=pid) if isinstance(a, Action)]
+        for a in found:
+            if a.id == action_id or a.params.get("key") == action_id:
+                result = write_result(a)
+                return result is not None and result.outcome == "done"
+        return False
+
+    def _wake_next(self, others: list[Delivery], d: Delivery) -> None:
+        with self._lock:
+            gone = set(self._gone)
+        nxt = next_in_line([o for o in others if o.id not in gone], d.repo, d.base_ref)
+        if nxt is not None:
+            self.hub.ledger.decide(k.Wake(pipelines=(nxt.id,)))
+            with self._lock:
+                self._direct.add(nxt.id)
+            self._wake.set()
 
     def _add_actions(
         self,

@@ -7,7 +7,9 @@ worker loop all go through it.
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
 import math
 import sys
 import threading
@@ -22,7 +24,7 @@ from ghapp.runtime.budget import UsageMeter, cap_notice, day_bounds
 from ghapp.runtime.cards import Cards
 from ghapp.runtime.ledger import Ledger, Outcome
 from ghapp.runtime.outbox import Outbox
-from ghapp.runtime.turns import prepare, run_agent, stop_leftovers
+from ghapp.runtime.turns import PreparedTurn, prepare, run_agent, stop_leftovers
 from ghapp.store.base import Store
 from kernel import facts as f
 from kernel import inputs as k
@@ -32,11 +34,22 @@ from kernel.records import Card, EventRow, Matter, Turn
 from kernel.rules import parse_rules
 from plugins.protocols import Channel, Executor
 
+log = logging.getLogger("autoloop.hub")
+
 Redact = Callable[[str], str]
 # A claim lasts the rule's timeout_s plus this margin, and is renewed by heartbeats while
 # the agent runs; AUTOLOOP_LEASE_MARGIN_S changes it (tests, or workers on slow links).
 LEASE_MARGIN_S = 120.0
 HEARTBEAT_EVERY_S = 30.0
+
+
+def _reason(exc: BaseException) -> str:
+    """An exception as one short line: ``OSError`` keeps its errno name (``ENOSPC``)."""
+    if isinstance(exc, OSError) and exc.errno is not None:
+        name = errno.errorcode.get(exc.errno, str(exc.errno))
+        where = f" ({exc.filename})" if exc.filename else ""
+        return f"{name}: {exc.strerror or exc}{where}"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def real_clock() -> datetime:
@@ -333,14 +346,29 @@ class Hub:
                     repair_error = prev.error
         if lapsed:  # the attempt this retry repeats may still run where its worker died
             self.stop_orphans(max(lapsed, key=lambda t: t.fence).id)
+        prepared: PreparedTurn | None = None
         if rule is None:
             outcome = k.AgentOutcome(
                 started=False, ok=False, error=f"rule {turn.rule!r} is no longer in rules.json"
             )
         else:
-            prepared = prepare(
-                self.home, rules, rule, turn, events, repair_error=repair_error, redact=self.redact
-            )
+            try:
+                prepared = prepare(
+                    self.home,
+                    rules,
+                    rule,
+                    turn,
+                    events,
+                    repair_error=repair_error,
+                    redact=self.redact,
+                )
+            except Exception as exc:  # e.g. a full disk, or turns/ is not a folder
+                # The agent never ran: the turn ends failed (and is retried, in a fresh
+                # session, as far as the rule allows), so its matter is not blocked.
+                error = self.redact(f"the turn folder could not be prepared: {_reason(exc)}")
+                log.error("turn %s could not start: %s", turn.id, error)
+                outcome = k.AgentOutcome(started=False, ok=False, error=error)
+        if rule is not None and prepared is not None:
             lease = self.lease_s(rule.timeout_s)
             # Renew well inside the lease, so that a short lease does not lapse under us.
             heartbeat_every_s = min(heartbeat_every_s, lease / 3)

@@ -10,11 +10,12 @@ duplicate (the kernel answers that from the keys it asked to have checked).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from ghapp.store.base import Store, Tx, rebuild_records
+from ghapp.store.base import DuplicateFact, Store, Tx, rebuild_records
 from kernel import inputs as k
 from kernel import step as core
 from kernel.durations import iso
@@ -114,24 +115,47 @@ def _changes(state: State, touched: Iterable[Key]) -> tuple[list[Record], list[K
 MAX_ROUNDS = 4
 
 
+@dataclass(frozen=True, slots=True)
+class WriteError:
+    """The last ledger transaction that failed: its error, and when (epoch seconds)."""
+
+    message: str
+    at: float
+
+
 class Ledger:
     def __init__(self, store: Store, rules: Callable[[], Rules], clock: Clock) -> None:
         self.store = store
         self.rules = rules
         self.clock = clock
+        self.write_error: WriteError | None = None  # set while the ledger cannot append
 
     def decide(self, inp: k.Input, *, now: datetime | None = None) -> Outcome:
         return self.decide_many([inp], now=now)[0]
 
     def decide_many(self, inputs: list[k.Input], *, now: datetime | None = None) -> list[Outcome]:
-        """Several decisions in one transaction (group commit): all commit, or none."""
+        """Several decisions in one transaction (group commit): all commit, or none.
+
+        A transaction that fails is remembered (:attr:`write_error`: what and when, for
+        ``/healthz``) until one that appends facts commits: a commit that appends
+        nothing proves nothing about a full disk."""
         rules = self.rules()
         when = now or self.clock()
-        with self.store.write() as tx:
-            first = [core.needs(inp, rules) for inp in inputs]
-            if inputs and all(n.narrow for n in first):
-                return self._decide_together(tx, inputs, first, rules, when)
-            return [self._decide(tx, inp, rules, when) for inp in inputs]
+        try:
+            with self.store.write() as tx:
+                first = [core.needs(inp, rules) for inp in inputs]
+                if inputs and all(n.narrow for n in first):
+                    outs = self._decide_together(tx, inputs, first, rules, when)
+                else:
+                    outs = [self._decide(tx, inp, rules, when) for inp in inputs]
+        except DuplicateFact:
+            raise  # a race between two writers on one key: the ledger itself is fine
+        except Exception as exc:
+            self.write_error = WriteError(message=f"{type(exc).__name__}: {exc}", at=time.time())
+            raise
+        if any(o.seqs for o in outs):
+            self.write_error = None
+        return outs
 
     def _decide_together(
         self, tx: Tx, inputs: list[k.Input], needs: list[k.Needs], rules: Rules, when: datetime

@@ -6,6 +6,11 @@ same action at once, and an attempt that may have landed is known on the next tr
 (``attempts > 0``: the executor reads back before it writes). A refusal
 (:class:`~plugins.protocols.ActionFailed`) is recorded failed with a notice card;
 anything else leaves the action allowed for the next sweep.
+
+An action whose executor is missing fails with a notice card, unless its namespace is in
+``waiting``: an executor that is coming (the GitHub App while the server cannot reach
+GitHub yet to learn who it is). Such an action stays allowed, untouched (no attempt is
+recorded), until the executor is there and a sweep performs it.
 """
 
 from __future__ import annotations
@@ -44,6 +49,9 @@ class Outbox:
         self.store = store
         self.ledger = ledger
         self.executors: dict[str, Executor] = dict(executors or {})
+        # Namespaces ("github") whose executor is not there yet but will be: their actions
+        # wait, allowed, instead of failing for want of an executor.
+        self.waiting: set[str] = set()
         self.redact = redact
         self.cards: Callable[[str], None] = lambda card: None
         self.after: Callable[[Outcome, set[str]], None] = lambda out, sent: None
@@ -90,6 +98,8 @@ class Outbox:
             return
         ns = action.do.split(".", 1)[0]
         executor = self.executors.get(ns)
+        if executor is None and ns in self.waiting:
+            return  # performed by a sweep once its executor is there
         if executor is None:
             out = self.ledger.decide(
                 k.ActionDone(

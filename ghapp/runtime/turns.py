@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import signal
 import threading
@@ -23,6 +24,8 @@ from kernel.model import AgentSpec, Rule, Rules
 from kernel.prompt import build_context, build_prompt
 from kernel.records import EventRow, Turn
 from plugins.protocols import AgentRequest, AgentResult
+
+log = logging.getLogger("autoloop.turns")
 
 Redact = Callable[[str], str]
 
@@ -122,9 +125,11 @@ def run_agent(
             result = AgentResult(started=False, ok=False, error=f"adapter error: {exc!r}")
     finally:
         stop.set()
-    log = prepared.folder / "output.log"
-    log.write_text(redact(result.output or result.final_message))
-    scrub_folder(prepared.folder, redact)  # what the agent itself wrote there (report.json...)
+    try:
+        (prepared.folder / "output.log").write_text(redact(result.output or result.final_message))
+        scrub_folder(prepared.folder, redact)  # what the agent wrote there (report.json...)
+    except OSError as exc:  # a full disk must not lose the outcome of an agent that ran
+        log.error("turn %s: its output could not be saved: %s", prepared.request.turn, exc)
     return k.AgentOutcome(
         started=result.started,
         ok=result.ok,

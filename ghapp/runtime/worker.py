@@ -90,8 +90,14 @@ class WorkerLoop:
         while not self._stop.is_set():
             try:
                 self.look(woken=woken)
-            except Exception:  # keep serving; the failure is logged (redacted)
-                log.exception("worker loop step failed")
+            except Exception as exc:  # keep serving; the failure is logged (redacted)
+                # One line (a full disk would repeat it); the traceback only when debugging.
+                log.error(
+                    "worker loop step failed: %s: %s",
+                    type(exc).__name__,
+                    exc,
+                    exc_info=log.isEnabledFor(logging.DEBUG),
+                )
             woken = self._wake.wait(self.sleep_s())
             self._wake.clear()
 
@@ -151,6 +157,12 @@ class WorkerLoop:
         )
         try:
             out = self.hub.run(turn)
+        except Exception as exc:  # e.g. the ledger cannot record the end (a full disk)
+            # The future's result is never read: say it here, in one line. The turn stays
+            # running until its lease lapses, then its matter's events run again.
+            log.error("turn %s could not be ended: %s: %s", turn.id, type(exc).__name__, exc)
+            return None
+        else:
             log.info("turn %s ended: %s", turn.id, out.reply.message)
             return out
         finally:

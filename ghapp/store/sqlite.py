@@ -174,11 +174,14 @@ class SqliteStore:
                     raise StoreError(f"the ledger is locked ({exc}); retry in a moment") from exc
                 try:
                     yield SqlTx(cur, "?")
+                    cur.execute("COMMIT")
                 except BaseException:
-                    cur.execute("ROLLBACK")
+                    # SQLite has rolled back by itself after some errors (SQLITE_FULL: a
+                    # full disk): a second ROLLBACK would fail and hide the error that matters.
+                    if self._conn.in_transaction:
+                        cur.execute("ROLLBACK")
                     raise
                 else:
-                    cur.execute("COMMIT")
                     self.commits += 1
             finally:
                 cur.close()

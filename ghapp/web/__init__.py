@@ -4,6 +4,8 @@
   signed generic sources, card pages, ``/healthz`` and ``/metrics``
 - ``cards``: the page a signed card link opens, and the answer its form sends
 - ``metrics``: ``Metrics`` and the ``/metrics`` page (Prometheus text)
+- ``connections``: ``http_config`` (uvicorn with a header deadline and shedding of idle
+  connections) and ``raise_open_files``
 
 Nothing is imported here, and ``create_app`` does no work until it is called.
 """

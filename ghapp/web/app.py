@@ -7,6 +7,11 @@
 - ``GET/POST /cards/{token}``: the page a signed card link opens, and its answer.
 - ``GET /healthz``, ``GET /metrics`` (Prometheus text).
 
+A request the ledger cannot record (a full disk, a lost database) is answered 503, the
+server's fault, so the sender tries again; it is logged in one line. ``/healthz`` is
+503 too, with the error and its time, until a write appends again. A client that goes
+away in the middle of its body is one log line.
+
 The card page is rendered by :mod:`ghapp.web.cards`, the metrics page by
 :mod:`ghapp.web.metrics`. No work happens at import; everything the routes need is on
 the ``Server`` object.
@@ -17,13 +22,15 @@ from __future__ import annotations
 import hashlib
 import hmac
 import html
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 import orjson
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
@@ -38,7 +45,10 @@ from kernel.model import Event
 from kernel.records import Card
 from plugins.sources.github import translate
 
+log = logging.getLogger("autoloop.web")
+
 MAX_BODY = 25 * 1024 * 1024  # GitHub caps webhook payloads at 25 MB
+UNRECORDED = "the ledger could not record this (nothing was stored): send it again later"
 
 
 @dataclass
@@ -74,12 +84,27 @@ async def _read_body(request: Request) -> bytes | Response:
             return _error(400, "bad Content-Length header")
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY:
-            return _error(413, "payload over 25 MB: GitHub never sends one this large")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > MAX_BODY:
+                return _error(413, "payload over 25 MB: GitHub never sends one this large")
+            chunks.append(chunk)
+    except ClientDisconnect:
+        log.warning(
+            "%s %s: the client went away after %d byte(s) of its body; nothing was stored",
+            request.method,
+            request.url.path,
+            size,
+        )
+        return _error(400, "the connection closed before the body was complete")
     return b"".join(chunks)
+
+
+def _unrecorded(what: str, exc: Exception) -> Response:
+    """A request the ledger could not record: one log line, and a 503 (our fault)."""
+    log.error("%s not recorded (answered 503): %s: %s", what, type(exc).__name__, exc)
+    return _error(503, UNRECORDED)
 
 
 def create_app(server: Server) -> Starlette:
@@ -126,6 +151,9 @@ def create_app(server: Server) -> Starlette:
             outs = await server.queue.submit(prepare)
         except _BadBody as exc:
             return _error(400, str(exc))
+        except Exception as exc:  # the ledger cannot append (e.g. a full disk)
+            m.inc("webhook_unrecorded_total")
+            return _unrecorded(f"webhook {delivery} ({name})", exc)
         events = found
         codes = [o.reply.code for o in outs]
         m.inc("webhook_deliveries_total")
@@ -178,7 +206,10 @@ def create_app(server: Server) -> Starlette:
             link=str(data.get("link") or "")[:500],
             details=details or {},
         )
-        (out,) = await server.queue.submit([k.Ingest(event=event)])
+        try:
+            (out,) = await server.queue.submit([k.Ingest(event=event)])
+        except Exception as exc:  # the ledger cannot append (e.g. a full disk)
+            return _unrecorded(f"event {eid!r} of source {source!r}", exc)
         if out.reply.code == "recorded":
             server.wake()
         return JSONResponse({"code": out.reply.code, **dict(out.reply.data)}, status_code=200)
@@ -199,7 +230,11 @@ def create_app(server: Server) -> Starlette:
             choice = form_choice(body)
             if choice is None:
                 return HTMLResponse("<p>Pick one of the options.</p>", 400)
-            out = server.hub.answer(card_id, choice, by="card-link", via="link")
+            try:
+                out = server.hub.answer(card_id, choice, by="card-link", via="link")
+            except Exception as exc:  # the ledger cannot append (e.g. a full disk)
+                _unrecorded(f"the answer to card {card_id}", exc)
+                return HTMLResponse("<p>Your answer could not be saved; try again later.</p>", 503)
             server.wake()
             status = 200 if out.reply.ok else 409
             return HTMLResponse(f"<p>{html.escape(out.reply.message)}</p>", status)
@@ -211,6 +246,11 @@ def create_app(server: Server) -> Starlette:
                 n = tx.fact_count()
         except Exception as exc:
             return JSONResponse({"ok": False, "ledger": str(exc)}, status_code=503)
+        failed = server.hub.ledger.write_error
+        if failed is not None:
+            since = datetime.fromtimestamp(failed.at, UTC).isoformat(timespec="seconds")
+            doc = {"ok": False, "ledger": f"not writable: {failed.message}", "since": since}
+            return JSONResponse({**doc, "facts": n}, status_code=503)
         return JSONResponse({"ok": True, "facts": n})
 
     async def metrics(request: Request) -> Response:

@@ -1,0 +1,248 @@
+"""HTTP connections that cannot pile up: a header deadline, and the idlest shed first.
+
+uvicorn's h11 protocol closes a connection that stays idle *after* a response
+(``timeout_keep_alive``), but one that never sends a request, or sends its headers a
+byte at a time, stays open for ever. Each holds a file descriptor: past the open-file
+limit ``accept()`` fails, and the server is unreachable for everyone, GitHub included.
+:class:`GuardedH11` adds two rules to uvicorn's h11 protocol:
+
+- **a header deadline**: from the moment a connection opens, and again after each
+  response, the next request's headers must be complete within ``header_timeout_s``
+  (10 s), else the connection is closed. A request being read or answered is never
+  cut: the deadline ends when its headers are in.
+- **shedding**: past ``max_connections`` open connections, each new one closes the
+  connection idle the longest (no request in progress), so a new client, a webhook,
+  is served rather than refused.
+
+asyncio accepts up to ``backlog`` connections per turn of its loop before any of them
+is seen here, two turns later: the reserve below the open-file limit covers four such
+bursts, so that shedding keeps ``accept()`` clear of ``EMFILE``. Should it fail anyway,
+asyncio logs a traceback for each failed ``accept()`` of the burst; that is folded into
+one line every 10 s.
+
+:func:`http_config` builds the uvicorn configuration with them, and
+:func:`raise_open_files` lifts this process's soft open-file limit to its hard limit
+(``autoloop serve`` calls it first): ``max_connections`` is that limit, less a reserve
+for the ledger, the logs, GitHub's connections and the agents' pipes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import logging
+import resource
+import weakref
+from typing import Any
+
+import h11
+import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+__all__ = [
+    "HEADER_TIMEOUT_S",
+    "GuardedH11",
+    "OpenFiles",
+    "backlog_for",
+    "guarded_h11",
+    "http_config",
+    "max_connections_for",
+    "raise_open_files",
+]
+
+HEADER_TIMEOUT_S = 10.0
+KEEP_ALIVE_S = 5  # idle between two requests on one connection (uvicorn's default)
+RESERVE_MIN = 64  # descriptors kept for everything but client connections
+BACKLOG_MAX = 2048  # uvicorn's default listen backlog
+ACCEPT_ERROR = "socket.accept() out of system resource"
+QUIET_S = 10.0  # one line per this many seconds about failed accepts
+
+log = logging.getLogger("autoloop.web")
+_quieted: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+
+
+class GuardedH11(H11Protocol):
+    """uvicorn's h11 protocol with a header deadline and shedding (see the module)."""
+
+    header_timeout_s: float = HEADER_TIMEOUT_S
+    max_connections: int | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # as uvicorn: its transport is always a Transport
+        super().connection_made(transport)
+        if self.loop not in _quieted:
+            _quiet_accept_errors(self.loop)
+        self._idle_since = self.loop.time()
+        self._deadline: asyncio.TimerHandle | None = None
+        self._arm()
+        limit = self.max_connections
+        if limit is not None and len(self.connections) > limit:
+            self._shed(len(self.connections) - limit)
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self._deadline is not None and self.conn.their_state is not h11.IDLE:
+            self._disarm()  # the headers are in: the request is the app's to read now
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
+            self._idle_since = self.loop.time()
+            self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    # -- the deadline --------------------------------------------------------------------
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._deadline = self.loop.call_later(self.header_timeout_s, self._headers_late)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _headers_late(self) -> None:
+        self._deadline = None
+        if self.conn.their_state is h11.IDLE:
+            self._close()
+
+    # -- shedding ------------------------------------------------------------------------
+
+    def idle(self) -> bool:
+        """No request in progress: waiting for one (or for the rest of its headers)."""
+        busy = self.cycle is not None and not self.cycle.response_complete
+        return not busy and self.conn.their_state is h11.IDLE and not self.transport.is_closing()
+
+    def _shed(self, count: int) -> None:
+        idle = [
+            c for c in self.connections if c is not self and isinstance(c, GuardedH11) and c.idle()
+        ]
+        for conn in heapq.nsmallest(count, idle, key=lambda c: c._idle_since):
+            conn._close()
+
+    def _close(self) -> None:
+        if self.transport.is_closing():
+            return
+        with contextlib.suppress(h11.LocalProtocolError):
+            self.conn.send(h11.ConnectionClosed())
+        self.transport.close()
+
+
+def guarded_h11(
+    *, header_timeout_s: float = HEADER_TIMEOUT_S, max_connections: int | None = None
+) -> type[GuardedH11]:
+    """The protocol class for one server, with its deadline and its connection cap."""
+    return type(
+        "GuardedH11",
+        (GuardedH11,),
+        {"header_timeout_s": header_timeout_s, "max_connections": max_connections},
+    )
+
+
+def backlog_for(open_files: int) -> int:
+    """Connections accepted per turn of the event loop (and the listen queue)."""
+    return max(16, min(BACKLOG_MAX, open_files // 8))
+
+
+def max_connections_for(open_files: int) -> int:
+    """Client connections a process may hold under ``open_files`` descriptors: less a
+    reserve for the rest of the process and for four bursts of accepts in flight."""
+    reserve = max(open_files // 8, RESERVE_MIN + 4 * backlog_for(open_files))
+    return max(16, open_files - reserve)
+
+
+def _quiet_accept_errors(loop: asyncio.AbstractEventLoop) -> None:
+    """Fold asyncio's traceback per failed ``accept()`` (and its retries' errors once
+    the server closed) into one line every :data:`QUIET_S`; pass the rest on."""
+    _quieted.add(loop)
+    previous = loop.get_exception_handler()
+    last = -QUIET_S
+    folded = 0
+
+    def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        nonlocal last, folded
+        message = str(context.get("message", ""))
+        if message == ACCEPT_ERROR or "_start_serving" in repr(context.get("handle")):
+            folded += 1
+            now = loop.time()
+            if now - last >= QUIET_S:
+                log.warning(
+                    "accept() failed %d time(s): %s (open files exhausted; idle "
+                    "connections are being closed)",
+                    folded,
+                    context.get("exception"),
+                )
+                last, folded = now, 0
+            return
+        if previous is not None:
+            previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handler)
+
+
+def http_config(
+    app: Any,
+    *,
+    host: str,
+    port: int,
+    header_timeout_s: float = HEADER_TIMEOUT_S,
+    max_connections: int | None = None,
+    **options: Any,
+) -> uvicorn.Config:
+    """uvicorn's configuration for our app: h11 with :class:`GuardedH11`. Without
+    ``max_connections``, the cap comes from this process's open-file limit."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    limited = soft != resource.RLIM_INFINITY
+    if max_connections is None and limited:
+        max_connections = max_connections_for(soft)
+    protocol = guarded_h11(header_timeout_s=header_timeout_s, max_connections=max_connections)
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        http=protocol,
+        timeout_keep_alive=KEEP_ALIVE_S,
+        backlog=backlog_for(soft) if limited else BACKLOG_MAX,
+        **options,
+    )
+
+
+class OpenFiles:
+    """This process's open-file limit: what it was, and what it is."""
+
+    def __init__(self, before: int, after: int, hard: int) -> None:
+        self.before = before
+        self.after = after
+        self.hard = hard
+
+    def line(self) -> str:
+        cap = max_connections_for(self.after)
+        if self.after > self.before:
+            return (
+                f"open-file limit raised from {self.before} to {self.after}: "
+                f"up to {cap} client connections, the idlest closed first past that"
+            )
+        return (
+            f"open-file limit {self.after} (hard limit {self.hard}): up to {cap} client "
+            "connections, the idlest closed first past that"
+        )
+
+
+def raise_open_files() -> OpenFiles:
+    """Lift the soft RLIMIT_NOFILE to the hard limit (an unprivileged process may)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if soft != resource.RLIM_INFINITY and target > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError):  # e.g. macOS caps the soft limit below "unlimited"
+            target = soft
+    else:
+        target = soft
+    return OpenFiles(before=soft, after=target, hard=hard)

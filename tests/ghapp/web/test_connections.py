@@ -1,0 +1,255 @@
+"""Idle connections cannot take the server down: a header deadline, shedding the idlest,
+and ``autoloop serve`` taking all the open files it may.
+
+The last two tests run ``autoloop serve`` as a process under the common 1,024 open-file
+soft limit (set for it alone, with ``preexec_fn``), hold idle sockets against it, and
+time a signed delivery: it must get its 2xx within 1 s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import resource
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from ghapp.commands.home import init_home
+from ghapp.github.sansio import sign
+from ghapp.web.connections import backlog_for, max_connections_for
+from tests import paths
+from tests.ghapp.web.test_app import ENV, FIXTURES, RULES, SECRET, post
+from tests.servers import free_port, live_server
+
+BODY = (FIXTURES / "issues" / "opened.json").read_bytes()
+
+
+def closed_by_server(sock: socket.socket, within_s: float) -> bool:
+    """Whether the server closes ``sock`` within ``within_s`` (it sends nothing first)."""
+    sock.settimeout(within_s)
+    try:
+        return sock.recv(1) == b""
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        return True
+
+
+def address(url: str) -> tuple[str, int]:
+    host, port = url.removeprefix("http://").split(":")
+    return host, int(port)
+
+
+# ------------------------------------------------------------------------ the deadline
+
+
+def test_a_connection_that_sends_no_request_is_closed_at_the_header_deadline(
+    tmp_path: Path,
+) -> None:
+    http = {"header_timeout_s": 0.5}
+    with live_server(tmp_path / "h", RULES, env=ENV, start_worker=False, http=http) as live:
+        with socket.create_connection(address(live.url)) as silent:
+            started = time.monotonic()
+            assert closed_by_server(silent, 5)
+            assert 0.4 < time.monotonic() - started < 3
+        with socket.create_connection(address(live.url)) as slow:
+            # headers a few bytes at a time, never complete: the deadline still holds
+            started = time.monotonic()
+            closed = False
+            for piece in (b"POST /github/webhook HTTP/1.1\r\n", b"Host: x\r\n", b"X-A: 1\r\n") * 4:
+                try:
+                    slow.sendall(piece)
+                except (BrokenPipeError, ConnectionResetError):
+                    closed = True
+                    break
+                if closed_by_server(slow, 0.1):
+                    closed = True
+                    break
+            assert closed or closed_by_server(slow, 3)
+            assert time.monotonic() - started < 3
+
+
+def test_the_deadline_never_cuts_a_request_whose_headers_are_in(tmp_path: Path) -> None:
+    http = {"header_timeout_s": 0.3}
+    with live_server(tmp_path / "h", RULES, env=ENV, start_worker=False, http=http) as live:
+        host, port = address(live.url)
+        head = (
+            "POST /github/webhook HTTP/1.1\r\n"
+            f"Host: {host}\r\n"
+            "Content-Type: application/json\r\n"
+            "X-GitHub-Event: issues\r\n"
+            f"X-GitHub-Delivery: {uuid.uuid4()}\r\n"
+            f"X-Hub-Signature-256: {sign(SECRET.encode(), BODY)}\r\n"
+            f"Content-Length: {len(BODY)}\r\n\r\n"
+        ).encode()
+        with socket.create_connection((host, port)) as sock:
+            sock.sendall(head + BODY[:50])
+            time.sleep(0.8)  # well past the deadline: the body is the app's to wait for
+            sock.sendall(BODY[50:])
+            sock.settimeout(5)
+            answer = sock.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 200 ")
+
+
+# ------------------------------------------------------------------------ shedding
+
+
+def test_past_the_cap_the_idlest_connections_are_closed_first(tmp_path: Path) -> None:
+    http = {"max_connections": 20}
+    with live_server(tmp_path / "h", RULES, env=ENV, start_worker=False, http=http) as live:
+        idle: list[socket.socket] = []
+        try:
+            for _ in range(50):
+                idle.append(socket.create_connection(address(live.url)))
+                time.sleep(0.002)  # one at a time: their order is their age
+            started = time.monotonic()
+            assert post(live.url, "issues", BODY).status_code == 200
+            assert time.monotonic() - started < 1
+            time.sleep(0.3)
+            closed = [closed_by_server(s, 0.05) for s in idle]
+        finally:
+            for s in idle:
+                s.close()
+    # The oldest went first; the newest are still open.
+    assert closed.count(True) >= 30
+    first_open = closed.index(False)
+    assert all(closed[:first_open]) and not any(closed[first_open:])
+
+
+def test_the_cap_leaves_room_for_the_rest_of_the_process() -> None:
+    assert backlog_for(1024) == 128
+    assert max_connections_for(1024) == 1024 - (64 + 4 * 128)
+    assert max_connections_for(1_048_576) == 1_048_576 - 1_048_576 // 8
+    assert backlog_for(1_048_576) == 2048
+
+
+# ------------------------------------------------------------------------ autoloop serve
+
+
+@contextlib.contextmanager
+def own_open_files(at_least: int) -> Iterator[None]:
+    """This test process needs descriptors for its own idle sockets."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = at_least + 200
+    if hard != resource.RLIM_INFINITY and hard < want:
+        pytest.skip(f"the hard open-file limit {hard} is below {want}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, want), hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def limited_to(soft: int, hard: int | None) -> Callable[[], None]:
+    def apply() -> None:
+        _, given = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, given if hard is None else hard))
+
+    return apply
+
+
+@contextlib.contextmanager
+def serve_limited(
+    tmp_path: Path, soft: int, hard: int | None
+) -> Iterator[tuple[str, Callable[[], str]]]:
+    home = tmp_path / "home"
+    init_home(home, rules_text=json.dumps(RULES))
+    port = free_port()
+    log = tmp_path / "serve.log"
+    env = {
+        **os.environ,
+        **ENV,
+        "AUTOLOOP_HOME": str(home),
+        "AUTOLOOP_LOG_LEVEL": "INFO",
+        "PYTHONPATH": str(paths.ROOT),
+    }
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ghapp.commands.cli", "serve", "--port", str(port)],
+            cwd=paths.ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            preexec_fn=limited_to(soft, hard),  # noqa: PLW1509  # only setrlimit, no threads involved
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert proc.poll() is None, log.read_text()
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    break
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        yield url, log.read_text
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def hold_idle(url: str, count: int) -> list[socket.socket]:
+    held = []
+    for _ in range(count):
+        sock = socket.create_connection(address(url), timeout=10)
+        held.append(sock)
+    return held
+
+
+def timed_delivery(url: str) -> tuple[int, float]:
+    started = time.monotonic()
+    try:
+        resp = post(url, "issues", BODY)
+    except httpx.TimeoutException:
+        return 0, time.monotonic() - started
+    return resp.status_code, time.monotonic() - started
+
+
+@pytest.mark.timeout(90)
+def test_serve_takes_the_open_files_it_may_and_answers_beside_2000_idle_connections(
+    tmp_path: Path,
+) -> None:
+    with own_open_files(2100), serve_limited(tmp_path, 1024, None) as (url, logs):
+        held = hold_idle(url, 2000)
+        try:
+            status, took = timed_delivery(url)
+        finally:
+            for sock in held:
+                sock.close()
+        text = logs()
+    assert status == 200 and took < 1.0, (status, took, text[-2000:])
+    assert "open-file limit raised from 1024 to " in text
+    assert "Traceback" not in text and "accept() failed" not in text
+
+
+@pytest.mark.timeout(90)
+def test_serve_under_a_hard_1024_limit_sheds_idle_connections_and_answers(
+    tmp_path: Path,
+) -> None:
+    with own_open_files(1200), serve_limited(tmp_path, 1024, 1024) as (url, logs):
+        held = hold_idle(url, 1100)  # the probe's figure: more than the limit allows
+        try:
+            status, took = timed_delivery(url)
+            time.sleep(0.3)
+            shed = sum(closed_by_server(s, 0.01) for s in held)
+        finally:
+            for sock in held:
+                sock.close()
+        text = logs()
+    assert status == 200 and took < 1.0, (status, took, text[-2000:])
+    assert shed >= 1100 - max_connections_for(1024)
+    assert "open-file limit 1024 (hard limit 1024): up to 448 client connections" in text
+    assert "Traceback" not in text and "accept() failed" not in text

@@ -1,0 +1,185 @@
+"""The server on a full disk: a 503 in one log line for what it cannot record, and a
+``/healthz`` that says so; and a client that drops in the middle of its body.
+
+The disk fills for real as far as SQLite can tell: the server's own ledger connection
+gets ``PRAGMA max_page_count`` at its present size, so the next write that needs a new
+page fails with ``SQLITE_FULL`` ("database or disk is full"), the very error a full
+file system gives. Raising the cap again is freeing space.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+from ghapp.store.sqlite import SqliteStore
+from kernel.records import EventRow
+from tests.ghapp.web.test_app import FIXTURES, SECRET, post
+from tests.servers import Live, live_server
+
+RULES = {
+    "agents": {"demo": {"use": "demo"}},
+    "sources": {"shop": {"adapter": "hmac"}},
+    "rules": [{"name": "triage", "on": {"source": "github", "type": "issues.*"}, "agent": "demo"}],
+}
+SHOP_SECRET = "shop-secret-for-tests"
+ENV = {"AUTOLOOP_GITHUB_WEBHOOK_SECRET": SECRET, "AUTOLOOP_SOURCE_SHOP_SECRET": SHOP_SECRET}
+BODY = (FIXTURES / "issues" / "opened.json").read_bytes()
+
+
+def set_disk_pages(live: Live, pages: int | None) -> None:
+    """Cap the server's ledger at ``pages`` pages (None: its present size)."""
+    store = live.hub.store
+    assert isinstance(store, SqliteStore)
+    with store._lock:
+        if pages is None:
+            (pages,) = store._conn.execute("PRAGMA page_count").fetchone()
+        store._conn.execute(f"PRAGMA max_page_count={pages}")
+
+
+def delivery_ids(live: Live) -> set[str]:
+    with live.ctx.store.read() as tx:
+        return {e.event.id for e in tx.query("event") if isinstance(e, EventRow)}
+
+
+class Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@contextmanager
+def logs() -> Iterator[Records]:
+    """Every record of our loggers and of uvicorn's (which do not reach the root)."""
+    handler = Records()
+    names = ("", "uvicorn", "uvicorn.error")
+    for name in names:
+        logging.getLogger(name).addHandler(handler)
+    old = logging.getLogger().level
+    logging.getLogger().setLevel(logging.INFO)
+    try:
+        yield handler
+    finally:
+        logging.getLogger().setLevel(old)
+        for name in names:
+            logging.getLogger(name).removeHandler(handler)
+
+
+def no_tracebacks(records: list[logging.LogRecord]) -> None:
+    for r in records:
+        assert r.exc_info is None and not r.exc_text, r.getMessage()
+        assert "Exception in ASGI application" not in r.getMessage()
+
+
+def shop(url: str, doc: dict[str, object]) -> httpx.Response:
+    body = json.dumps(doc).encode()
+    signature = "sha256=" + hmac.new(SHOP_SECRET.encode(), body, hashlib.sha256).hexdigest()
+    return httpx.post(
+        f"{url}/v1/in/shop", content=body, headers={"x-signature-256": signature}, timeout=10
+    )
+
+
+def test_a_full_disk_is_a_503_in_one_line_and_healthz_says_why(tmp_path: Path) -> None:
+    with live_server(tmp_path / "h", RULES, env=ENV, start_worker=False) as live, logs() as seen:
+        assert post(live.url, "issues", BODY, delivery="before").status_code == 200
+        assert httpx.get(f"{live.url}/healthz").json()["ok"] is True
+
+        set_disk_pages(live, None)
+        acked = {"before"}
+        answers: list[int] = []
+        for i in range(50):  # a few may still fit in the last page
+            delivery = f"full-{i}"
+            resp = post(live.url, "issues", BODY, delivery=delivery)
+            answers.append(resp.status_code)
+            if resp.status_code == 200:
+                acked.add(delivery)
+                continue
+            assert resp.status_code == 503, resp.text
+            assert "send it again later" in resp.json()["error"]
+            break
+        assert answers[-1] == 503, answers
+
+        health = httpx.get(f"{live.url}/healthz")
+        assert health.status_code == 503
+        doc = health.json()
+        assert doc["ok"] is False
+        assert doc["ledger"] == "not writable: OperationalError: database or disk is full"
+        assert doc["since"].startswith(time.strftime("%Y-", time.gmtime()))
+
+        order = {"id": "o-1", "type": "order.paid", "details": {"lines": ["item"] * 4000}}
+        failed = shop(live.url, order)  # pages of its own: it cannot fit in a last gap
+        assert failed.status_code == 503 and "send it again later" in failed.json()["error"]
+
+        lines = [r.getMessage() for r in seen.records if "not recorded" in r.getMessage()]
+        assert lines == [
+            f"webhook full-{len(answers) - 1} (issues) not recorded (answered 503): "
+            "OperationalError: database or disk is full",
+            "event 'o-1' of source 'shop' not recorded (answered 503): "
+            "OperationalError: database or disk is full",
+        ]
+        no_tracebacks(seen.records)
+
+        set_disk_pages(live, 1_000_000)  # space again
+        assert post(live.url, "issues", BODY, delivery="after").status_code == 200
+        acked.add("after")
+        assert httpx.get(f"{live.url}/healthz").json()["ok"] is True
+        assert shop(live.url, order).json()["code"] == "recorded"
+        assert acked <= delivery_ids(live)  # nothing acknowledged was lost
+
+
+def test_a_client_that_drops_mid_body_is_one_line_and_nothing_stored(tmp_path: Path) -> None:
+    with live_server(tmp_path / "h", RULES, env=ENV, start_worker=False) as live, logs() as seen:
+        host, port = live.url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=5) as sock:
+            head = (
+                "POST /github/webhook HTTP/1.1\r\n"
+                f"Host: {host}\r\n"
+                "Content-Type: application/json\r\n"
+                "X-GitHub-Event: issues\r\n"
+                f"X-GitHub-Delivery: {uuid.uuid4()}\r\n"
+                f"Content-Length: {len(BODY)}\r\n\r\n"
+            )
+            sock.sendall(head.encode() + BODY[:100])
+            time.sleep(0.2)  # the handler is reading the body now
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not [
+            r for r in seen.records if "went away" in r.getMessage()
+        ]:
+            time.sleep(0.02)
+        time.sleep(0.2)  # whatever else would be logged about it
+        (line,) = [r.getMessage() for r in seen.records if "went away" in r.getMessage()]
+        assert line == (
+            "POST /github/webhook: the client went away after 100 byte(s) of its body; "
+            "nothing was stored"
+        )
+        no_tracebacks(seen.records)
+        assert delivery_ids(live) == set()
+        assert post(live.url, "issues", BODY).status_code == 200  # and it serves on
+
+
+def test_healthz_is_ok_again_only_after_a_write_appends(tmp_path: Path) -> None:
+    """A commit that appends nothing (a quiet tick) proves nothing about the disk."""
+    with live_server(tmp_path / "h", RULES, env=ENV, start_worker=False) as live:
+        set_disk_pages(live, None)
+        for i in range(50):
+            if post(live.url, "issues", BODY, delivery=f"d-{i}").status_code == 503:
+                break
+        assert httpx.get(f"{live.url}/healthz").status_code == 503
+        live.hub.tick()  # commits, but appends no fact
+        assert httpx.get(f"{live.url}/healthz").status_code == 503
+        set_disk_pages(live, 1_000_000)
+        assert post(live.url, "issues", BODY, delivery="again").status_code == 200
+        assert httpx.get(f"{live.url}/healthz").status_code == 200
