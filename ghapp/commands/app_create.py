@@ -218,7 +218,7 @@ class Flow:
         """Handle ``/callback``: (HTTP status, page text)."""
         code = (query.get("code") or [""])[0]
         state = (query.get("state") or [""])[0]
-        if not secrets.compare_digest(state, self.plan.state):
+        if not secrets.compare_digest(state.encode(), self.plan.state.encode()):
             return 400, (
                 "This answer does not belong to this run of autoloop app create (its state "
                 "differs). Nothing was written."
@@ -262,13 +262,19 @@ def _handler(flow: Flow) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:
             parts = urlsplit(self.path)
-            if parts.path == "/":
-                self._send(200, start_page(flow.plan, flow.redirect_url), page=True)
-            elif parts.path == "/callback":
-                status, text = flow.callback(parse_qs(parts.query))
-                self._send(status, text)
-            else:
-                self._send(404, "Not found.")
+            try:
+                if parts.path == "/":
+                    self._send(200, start_page(flow.plan, flow.redirect_url), page=True)
+                elif parts.path == "/callback":
+                    status, text = flow.callback(parse_qs(parts.query))
+                    self._send(status, text)
+                else:
+                    self._send(404, "Not found.")
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the browser went away; the flow goes on without it
+            except Exception as exc:  # one line, never a traceback on the user's terminal
+                print(f"{PROG}: {parts.path}: {exc!r}", file=sys.stderr, flush=True)
+                self._send(500, "Something went wrong here; see the terminal.")
 
     return Handler
 

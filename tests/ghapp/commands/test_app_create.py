@@ -148,12 +148,14 @@ def test_an_answer_with_another_state_is_refused_and_nothing_is_written(
         ["--org", "acme", "--url", URL, "--name", "al-state", "--timeout", "3"], env_for(home, gh)
     )
     assert page is not None
-    forged = httpx.get(page + "callback?code=0123456789abcdef0123&state=forged")
-    assert forged.status_code == 400
-    assert "does not belong to this run" in forged.text
+    for state in ("forged", "%C3%A9t%C3%A9", ""):
+        forged = httpx.get(page + f"callback?code=0123456789abcdef0123&state={state}")
+        assert forged.status_code == 400
+        assert "does not belong to this run" in forged.text
     code, _, err = finish(proc)
     assert code == 1
     assert "no answer from GitHub within 3 s; nothing was written" in err
+    assert "Traceback" not in err
     assert not (home / "settings.toml").exists()
     assert not (home / "github-app.private-key.pem").exists()
 
