@@ -8,11 +8,29 @@ from __future__ import annotations
 
 from kernel import facts as f
 from kernel.context import Context
-from kernel.inputs import Answer, Delivered, OwnerNotice, PerformAction, Reply, SendCard
+from kernel.inputs import (
+    Answer,
+    Delivered,
+    Dismiss,
+    OwnerNotice,
+    PerformAction,
+    Reply,
+    SendCard,
+)
 from kernel.model import OWNER_MATTER, Event
 from kernel.pipelines import wake_owner
 
-__all__ = ["answer", "delivered", "owner_notice"]
+__all__ = ["OPERATOR_NOTICES", "answer", "delivered", "dismiss", "for_operator", "owner_notice"]
+
+#: Key prefixes of the notices the hub writes for whoever runs it (a turn that failed
+#: for good, a receipt that could not be repaired): their text names local commands and
+#: errors, so public channels show only that something needs its operator.
+OPERATOR_NOTICES = ("failed/", "receipt/")
+
+
+def for_operator(key: str) -> bool:
+    """Whether a card with this key is one of :data:`OPERATOR_NOTICES`."""
+    return key.startswith(OPERATOR_NOTICES)
 
 
 def answer(ctx: Context, inp: Answer) -> Reply:
@@ -94,3 +112,25 @@ def owner_notice(ctx: Context, inp: OwnerNotice) -> Reply:
         key=inp.key, matter=OWNER_MATTER, kind="notice", title=inp.title, text=inp.text
     )
     return Reply(ok=True, code="recorded", data={"card": card})
+
+
+def dismiss(ctx: Context, inp: Dismiss) -> Reply:
+    c = ctx.state.cards.get(inp.card)
+    if c is None:
+        return Reply(
+            ok=False,
+            code="unknown",
+            message=f"no card {inp.card!r}; run 'autoloop cards' to list open cards",
+        )
+    if c.kind_ != "notice":
+        return Reply(
+            ok=False,
+            code="refused",
+            message=f"card {c.id} is a question: answer it with 'autoloop answer {c.id} N'",
+        )
+    if c.state != "open":
+        return Reply(ok=False, code="refused", message=f"card {c.id} is already {c.state}")
+    ctx.emit(f.CardResolved(card=c.id))
+    ctx.effects.append(SendCard(card=c.id))
+    by = f" by {inp.by}" if inp.by else ""
+    return Reply(ok=True, code="dismissed", message=f"card {c.id} dismissed{by}")

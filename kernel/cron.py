@@ -19,6 +19,12 @@ aware datetime in the rules' time zone). Around daylight-saving changes:
 
 The search walks the calendar field by field (months, then days, hours, minutes), never
 minute by minute over long spans.
+
+Why not ``croniter``: compared on the same lines, it fires a wall time that a fall-back
+night repeats twice (``30 2 * * *`` in Europe/Berlin on 2026-10-25: at 02:30+02:00 and
+at 02:30+01:00), accepts a line that can never fire (``0 0 31 2 *``) and fails only
+when asked for its next tick, and was about five times slower here; it would also
+bring ``python-dateutil`` into the pure kernel.
 """
 
 from __future__ import annotations

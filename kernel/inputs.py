@@ -28,6 +28,7 @@ __all__ = [
     "Claim",
     "Decision",
     "Delivered",
+    "Dismiss",
     "Effect",
     "Finish",
     "Heartbeat",
@@ -70,6 +71,7 @@ class AgentOutcome:
     tokens: int | None = None
     error: str = ""
     timed_out: bool = False
+    retry: bool = True  # False: running it again cannot help (its program is missing)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -191,6 +193,14 @@ class Advance:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Dismiss:
+    """A person closes an open notice card (``autoloop cards dismiss CARD``)."""
+
+    card: str
+    by: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Wake:
     """Something these pipelines wait on happened: each active one is due now."""
 
@@ -211,6 +221,7 @@ Input = (
     | OwnerNotice
     | Advance
     | Wake
+    | Dismiss
 )
 
 # ---------------------------------------------------------------------------- effects

@@ -17,6 +17,7 @@ key order and the file's path do not change it.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import re
@@ -38,7 +39,13 @@ from kernel.model import (
 )
 from kernel.receipt import ACTION_NAME, EVENT_TYPE
 
-__all__ = ["parse_rules", "rules_version", "starter_rules_text"]
+__all__ = [
+    "BUILTIN_SOURCES",
+    "GITHUB_ACTIONS",
+    "parse_rules",
+    "rules_version",
+    "starter_rules_text",
+]
 
 _TOP = (
     "timezone",
@@ -74,6 +81,24 @@ _RULE = (
 )
 _ON = ("source", "type", "subject")
 _ACCESS: tuple[Access, ...] = typing.get_args(Access)
+
+#: The verbs of the ``github`` executor: a rule's ``allow``/``approve`` may name no other.
+GITHUB_ACTIONS = (
+    "comment",
+    "label",
+    "unlabel",
+    "close",
+    "reopen",
+    "assign",
+    "review",
+    "merge",
+    "update_branch",
+    "ready",
+    "progress",
+    "delete_branch",
+)
+#: Sources whose events the hub itself records (besides those declared under "sources").
+BUILTIN_SOURCES = ("local", "github", "agent", "timer", "schedule", "card")
 
 _TYPE_PATTERN = re.compile(r"(?:[A-Za-z0-9][A-Za-z0-9_-]*(?:\.[A-Za-z0-9][A-Za-z0-9_-]*)*\.?)?\*?")
 
@@ -150,6 +175,8 @@ def parse_rules(
 class _RulesReader(Reader):
     """The whole file: its top-level fields and its rules."""
 
+    known_sources: tuple[str, ...] = BUILTIN_SOURCES  # and those the file declares
+
     def rules(self, data: object) -> Rules:
         if not isinstance(data, dict):
             self.fail(f"must hold one object with the rules, got {kind_of(data)}")
@@ -157,6 +184,7 @@ class _RulesReader(Reader):
         sources = self.sources(data.get("sources", {}))
         agents = self.agents(data.get("agents", {}))
         channels = self.channels(data.get("channels", {}))
+        self.known_sources = (*BUILTIN_SOURCES, *(n for n in sources if n not in BUILTIN_SOURCES))
         rules = self.rule_list(data.get("rules", []), agents, channels)
         return Rules(
             version="",
@@ -307,8 +335,26 @@ class _RulesReader(Reader):
                     )
                 if key == "source" and (len(item) > 64 or any(c.isspace() for c in item)):
                     self.fail(f'"{item}" is not a source name', field=at, rule=rule)
+                if key == "source":
+                    self.source_typo(item, at, rule)
             parts[key] = values
         return Trigger(source=parts["source"], type=parts["type"], subject=parts["subject"])
+
+    def source_typo(self, name: str, field: str, rule: str) -> None:
+        """A source close to a known one but not it is a typo (``gihub``): one line.
+
+        Others pass: ``autoloop emit`` records events of any source name."""
+        known = self.known_sources
+        if name in known:
+            return
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+        if close:
+            self.fail(
+                f'unknown source "{name}" (did you mean "{close[0]}"? known: '
+                f'{", ".join(known)}; declare a source of your own under "sources")',
+                field=field,
+                rule=rule,
+            )
 
     def event_types(self, value: object, rule: str) -> tuple[str, ...]:
         types = self.strings(value, "emits", rule)
@@ -328,6 +374,16 @@ class _RulesReader(Reader):
                 self.fail(
                     f'"{name}" is not an action of the form <namespace>.<verb>, '
                     'e.g. "notes.append"',
+                    field=f"{field}[{index}]",
+                    rule=rule,
+                )
+            space, _, verb = name.partition(".")
+            if space == "github" and verb not in GITHUB_ACTIONS:
+                close = difflib.get_close_matches(verb, GITHUB_ACTIONS, n=1)
+                hint = f'did you mean "github.{close[0]}"? ' if close else ""
+                self.fail(
+                    f'unknown action "{name}" ({hint}known: '
+                    f"{', '.join('github.' + v for v in GITHUB_ACTIONS)})",
                     field=f"{field}[{index}]",
                     rule=rule,
                 )

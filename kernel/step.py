@@ -30,6 +30,7 @@ from kernel.inputs import (
     Claim,
     Decision,
     Delivered,
+    Dismiss,
     Finish,
     Heartbeat,
     Ingest,
@@ -93,6 +94,7 @@ STEP: Mapping[type[Any], Outcomes] = {
         "advanced stale ended active",
     ),
     Wake: Outcomes.of((f.PipelineWoken,), (), "woken"),
+    Dismiss: Outcomes.of((f.CardResolved,), (SendCard,), "dismissed unknown refused"),
 }
 
 # ------------------------------------------------------------------------------- needs
@@ -173,6 +175,8 @@ def needs(inp: Input, rules: Rules, state: State | None = None) -> Needs:
             return Needs(pipelines=frozenset({pipeline}), actions=frozenset(s.id for s in specs))
         case Wake(pipelines=woken):
             return Needs(pipelines=frozenset(woken))
+        case Dismiss(card=card):
+            return Needs(cards=frozenset({card}), matter_cards=True)
         case _:
             assert_never(inp)
 
@@ -249,5 +253,6 @@ HANDLERS: Mapping[type[Any], Handler] = dict(
         _handler(OwnerNotice, cards.owner_notice),
         _handler(Advance, pipelines.advance),
         _handler(Wake, pipelines.wake),
+        _handler(Dismiss, cards.dismiss),
     )
 )

@@ -132,7 +132,7 @@ def failed(
     ctx: Context, t: Turn, m: Matter, rule: Rule, out: AgentOutcome, *, outcome: str = ""
 ) -> Reply:
     outcome = outcome or ("timeout" if out.timed_out else "failed")
-    retry = m.failures < rule.max_retries
+    retry = out.retry and m.failures < rule.max_retries
     ctx.emit(
         f.TurnFinished(
             turn=t.id,
@@ -148,7 +148,21 @@ def failed(
             keep_session=out.started,
         )
     )
-    if not retry:
+    if not out.retry:  # a retry now would fail the same way
+        ctx.open_card(
+            key=f"failed/{t.id}",
+            matter=m.id,
+            kind="notice",
+            title=f"Agent {rule.agent!r} could not start",
+            text=(
+                f"Turn {t.id} of rule {rule.name!r}: {out.error or outcome}. Not retried: "
+                f"install the program or fix agents.{rule.agent} in rules.json where the "
+                f"worker runs (see 'autoloop why {t.id}'), then emit the event again."
+            ),
+            turn=t.id,
+            hops=t.hops,
+        )
+    elif not retry:
         ctx.open_card(
             key=f"failed/{t.id}",
             matter=m.id,

@@ -49,6 +49,7 @@ class AgentResult:
     timed_out: bool = False
     output: str = ""  # raw output for the turn log; redacted before it is stored
     pid: int | None = None
+    retry: bool = True  # False: running it again cannot help (the program is missing)
 
 
 class Agent(Protocol):

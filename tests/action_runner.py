@@ -179,6 +179,85 @@ class Runner:
         payload["sender"] = comment["user"] if login == BOT else self.person(login)
         return payload
 
+    def pull_labeled(
+        self, number: int, label: str, sender: str, action: str = "labeled"
+    ) -> dict[str, Any]:
+        """``pull_request.labeled`` (or ``unlabeled``) as GitHub sends it for ``number`` as
+        it is now."""
+        path = WEBHOOKS / "pull_request" / f"{action}.json"
+        payload: dict[str, Any] = json.loads(path.read_text())
+        pull = self.reader.get_pull(self.gh.repo, number)
+        keep = ("number", "state", "title", "body", "user", "labels", "head", "base", "draft")
+        payload["pull_request"].update({k: pull[k] for k in keep if k in pull})
+        payload["pull_request"].update(
+            merged=pull.get("merged", False),
+            html_url=pull["html_url"],
+            updated_at=pull["updated_at"],
+        )
+        payload["number"] = number
+        payload["label"] = {**payload["label"], "name": label}
+        payload["repository"] = self.repository()
+        payload["sender"] = self.person(sender)
+        payload.pop("installation", None)
+        return payload
+
+    def check_suite_completed(self, number: int) -> dict[str, Any]:
+        """``check_suite.completed`` for the head of ``number``, listing it (as GitHub does
+        for a pull request of the same repository)."""
+        path = WEBHOOKS / "check_suite" / "completed.json"
+        payload: dict[str, Any] = json.loads(path.read_text())
+        pull = self.reader.get_pull(self.gh.repo, number)
+        repo = self.repository()
+        ref = {"id": repo["id"], "name": repo["name"], "url": repo["url"]}
+        suite = payload["check_suite"]
+        suite.update(
+            head_sha=pull["head"]["sha"],
+            head_branch=pull["head"]["ref"],
+            status="completed",
+            conclusion="success",
+            app={**suite["app"], "id": self.gh.sandbox.ci_app.id, "slug": "sandbox-ci"},
+            pull_requests=[
+                {
+                    "number": number,
+                    "head": {"ref": pull["head"]["ref"], "sha": pull["head"]["sha"], "repo": ref},
+                    "base": {"ref": pull["base"]["ref"], "sha": pull["base"]["sha"], "repo": ref},
+                }
+            ],
+        )
+        payload["repository"] = repo
+        payload["sender"] = self.person("sandbox-ci[bot]")
+        return payload
+
+    def deployment_status(self, environment: str = "production") -> dict[str, Any]:
+        """``deployment_status`` for the newest deployment to ``environment``, with its
+        newest status."""
+        path = WEBHOOKS / "deployment_status" / "payload.json"
+        payload: dict[str, Any] = json.loads(path.read_text())
+        (deployment,) = self.reader.list_deployments(self.gh.repo, environment=environment, limit=1)
+        (status,) = self.reader.list_deployment_statuses(self.gh.repo, deployment["id"], limit=1)
+        payload["deployment"].update(
+            {k: deployment[k] for k in ("id", "sha", "ref", "environment", "task")}
+        )
+        payload["deployment_status"].update(
+            id=status["id"],
+            state=status["state"],
+            environment=environment,
+            target_url=status.get("target_url") or "",
+        )
+        payload["action"] = "created"
+        payload["repository"] = self.repository()
+        payload["sender"] = self.person("sandbox-ci[bot]")
+        return payload
+
+    def schedule(self) -> dict[str, Any]:
+        """What a ``schedule`` run's event file holds."""
+        return {
+            "schedule": "*/15 * * * *",
+            "workflow": ".github/workflows/autoloop-clock.yml",
+            "repository": self.repository(),
+            "sender": self.person("maintainer"),
+        }
+
     # -- what GitHub shows ------------------------------------------------------------
 
     def comments(self, number: int) -> list[dict[str, Any]]:

@@ -4,7 +4,8 @@
 the JSON body as keyword arguments and answers ``{"result": ...}``; ``GET /_sandbox/``
 lists the operations and their parameters. Also: ``GET|POST|DELETE /_sandbox/faults``,
 ``GET /_sandbox/audit``, ``GET /_sandbox/deliveries``, ``GET /_sandbox/events`` (and
-``GET /_sandbox/events/{n}``: the payload of one, ``-1`` the newest),
+``GET /_sandbox/events/{n}``: the payload of one, ``-1`` the newest, ``?event=NAME``
+among those of one name),
 ``GET /_sandbox/live/{owner}/{repo}``, ``GET /_sandbox/info``.
 """
 
@@ -174,15 +175,23 @@ async def events(request: Request, sandbox: Sandbox) -> Any:
 @control
 async def event_payload(request: Request, sandbox: Sandbox) -> Any:
     """The payload GitHub would send for one event (``-1``: the newest), e.g. to give
-    ``autoloop action`` the event file a runner would."""
+    ``autoloop action`` the event file a runner would. ``?event=NAME`` (and ``&action=A``)
+    counts only the events of that name (and action): ``/events/-1?event=check_suite`` is
+    the newest check suite event."""
     raw = request.path_params["index"]
-    found = sandbox.world.events
+    name, action = request.query_params.get("event"), request.query_params.get("action")
+    found = [
+        e
+        for e in sandbox.world.events
+        if (name is None or e.name == name) and (action is None or e.action == action)
+    ]
     try:
         return found[int(raw)].payload
     except (ValueError, IndexError):
+        which = f" named {name!r}" if name else ""
         raise SandboxError(
-            f"no event {raw!r}: give a position in GET /_sandbox/events ({len(found)} so far), "
-            "or -1 for the newest"
+            f"no event {raw!r}{which}: give a position in GET /_sandbox/events "
+            f"({len(found)} so far), or -1 for the newest"
         ) from None
 
 

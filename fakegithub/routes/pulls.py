@@ -20,8 +20,22 @@ def list_pulls(ctx: Ctx) -> Result:
     wanted = query.get("state", "open")
     head = query.get("head")
     base = query.get("base")
+    # GitHub's default order is by creation, newest first; ``sort=updated`` orders by the
+    # issue's last update (a comment, a label, a merge), ``direction=asc`` reverses.
+    if query.get("sort") == "updated":
+        order = sorted(
+            ctx.repo.pulls.values(),
+            key=lambda p: (ctx.repo.issues[p.number].updated_at, p.number),
+            reverse=query.get("direction", "desc") != "asc",
+        )
+    else:
+        order = sorted(
+            ctx.repo.pulls.values(),
+            key=lambda p: p.number,
+            reverse=query.get("direction", "desc") != "asc",
+        )
     items = []
-    for pull in sorted(ctx.repo.pulls.values(), key=lambda p: -p.number):
+    for pull in order:
         issue = ctx.repo.issues[pull.number]
         if wanted not in {"all", issue.state}:
             continue

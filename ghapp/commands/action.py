@@ -13,20 +13,27 @@ One run:
    write to the repository (asked of GitHub, :mod:`ghapp.github.answers`);
 3. what is runnable now runs (``hub.drain``): turns, cards as comments on the issue or
    pull request, write-backs, each once;
-4. the outputs ``turns``, ``cards`` (raised by this run) and ``stage`` (the delivery's, if
-   this run's pull request has one) and a Markdown summary are written.
+4. in modes ``deliver`` and ``auto``, the deliveries the event concerns are moved on
+   (:class:`~ghapp.github.level.LevelDeliveries`) until each waits on the world;
+5. the outputs ``turns``, ``cards`` (raised by this run) and ``stage`` (the delivery's of
+   the event's pull request, or of the one this run moved) and a Markdown summary are
+   written.
 
 Nothing waits in the job: a question is a card on the issue and a row in the ledger, the
-job ends, and the event that carries the answer resumes the agent. So the ledger must
-outlive the job: a persistent ``AUTOLOOP_HOME`` (a self-hosted runner) or ``AUTOLOOP_DB``.
+job ends, and the event that carries the answer resumes the agent. So for the rules'
+turns the ledger must outlive the job: a persistent ``AUTOLOOP_HOME`` (a self-hosted
+runner) or ``AUTOLOOP_DB``.
 
-Modes: ``triage`` runs the rules' turns; ``deliver`` is the delivery pipeline's, which is
-not wired into the Action yet (such a run records the event and says so); ``auto`` is
-both. A pull request from a fork (or Dependabot's) gets a read-only token: the event is
-recorded, nothing is run or written, and the summary says why.
+Modes: ``triage`` runs the rules' turns; ``deliver`` carries labelled pull requests
+along the delivery pipeline (:mod:`ghapp.github.level`: level-triggered, each delivery's
+state kept on its own pull request, so it needs no ledger that outlives the job, and a
+wait ends the job); ``auto`` is both. A pull request from a fork (or Dependabot's) gets a
+read-only token: the event is recorded, nothing is run or written, and the summary says
+why.
 
-Exit codes: 0, also when a turn failed (that is recorded and shown); 1 when GitHub or the
-ledger failed; 2 for bad configuration. The reason is one ``::error::`` line.
+Exit codes: 0, also when a turn failed or a delivery raised a card (that is recorded and
+shown); 1 when GitHub or the ledger failed (for a delivery: after the others were moved
+and the summary written); 2 for bad configuration. The reason is one ``::error::`` line.
 """
 
 from __future__ import annotations
@@ -62,16 +69,17 @@ from ghapp.github.channel import GitHubCommentChannel
 from ghapp.github.client import GitHubClient
 from ghapp.github.errors import GitHubError, Unauthorized, Unreachable
 from ghapp.github.executor import GitHubExecutor
+from ghapp.github.level import LevelDeliveries, Moved
 from ghapp.runtime.hub import Hub
 from ghapp.runtime.settings import Settings, SettingsError
 from ghapp.store.base import Store, StoreError
 from kernel import inputs as k
 from kernel.errors import ConfigError
 from kernel.model import Event
-from kernel.records import Card, Matter, Pipeline, Turn
+from kernel.records import Card, Matter, Turn
 from plugins.sources.github import translate
 
-__all__ = ["ActionError", "RunnerEnv", "main", "run"]
+__all__ = ["ActionError", "RunnerEnv", "deliver", "main", "run"]
 
 CHANNEL_ADAPTER = "github-comment"
 
@@ -140,15 +148,14 @@ def _versions(store: Store) -> dict[str, int]:
         return {c.id: c.version for c in tx.query("card") if isinstance(c, Card)}
 
 
-def _stage(hub: Hub, subjects: set[str]) -> str:
-    """The stage of the delivery about one of ``subjects`` (the newest), or ""."""
-    with hub.store.read() as tx:
-        found = [p for p in tx.query("pipeline") if isinstance(p, Pipeline)]
-    mine = [p for p in found if p.subject in subjects]
-    if not mine:
-        return ""
-    newest = max(mine, key=lambda p: (p.updated_at, p.version))
-    return newest.stage
+def _stage(moved: list[Moved], subjects: set[str]) -> str:
+    """The delivery stage of the event's pull request; for an event about none, of the
+    delivery this run moved (the last, if several); "" when there is none."""
+    for m in moved:
+        if f"{m.repo}#{m.number}" in subjects and m.after:
+            return m.after
+    changed = [m for m in moved if m.after and (m.started or m.before != m.after)]
+    return changed[-1].after if changed else ""
 
 
 # --------------------------------------------------------------------------- one run
@@ -187,11 +194,6 @@ def _run(
             "push would never run: give 'app-id' and 'private-key' for the delivery pipeline "
             "(or set mode: triage)"
         )
-    if renv.mode == "deliver":
-        report.warnings.append(
-            "mode 'deliver': the delivery pipeline is not wired into the Action yet; this run "
-            "recorded the event and ran nothing"
-        )
     if read_only:
         report.warnings.append(f"nothing was run or written: {read_only}")
     with contextlib.ExitStack() as stack:
@@ -219,6 +221,8 @@ def _run(
                 report.turns = [
                     t for t in (tx.get("turn", tid) for tid in drained.turns) if isinstance(t, Turn)
                 ]
+        if who is not None and renv.mode != "triage" and report.events:
+            report.deliveries = deliver(hub, who, renv, report.events, payload=payload, say=say)
         report.cards = _changed_cards(hub, before)
         report.new_cards = [c for c in report.cards if c.id not in before]
         report.subjects = _subjects(hub, report)
@@ -230,7 +234,7 @@ def _run(
                 "'database-url' (PostgreSQL), or run on a self-hosted runner with a "
                 "persistent 'home'"
             )
-        report.stage = _stage(hub, {r.event.subject for r in report.events})
+        report.stage = _stage(report.deliveries, {r.event.subject for r in report.events})
     return report
 
 
@@ -256,6 +260,44 @@ def ingest(
         what = "recorded" if code == "recorded" else "already recorded (an earlier attempt)"
         say(f"event {event.type} {event.subject}: {what} as {event.id}")
     return out
+
+
+def deliver(
+    hub: Hub,
+    who: Identity,
+    renv: RunnerEnv,
+    recorded: list[Recorded],
+    *,
+    payload: Mapping[str, Any],
+    say: Callable[[str], None],
+) -> list[Moved]:
+    """Move on the deliveries this run's event concerns, each until it waits on the world."""
+    relabeled: dict[int, str] = {}
+    pull = payload.get("pull_request")
+    updated = pull.get("updated_at") if isinstance(pull, Mapping) else None
+    for item in recorded:
+        subject = item.event.subject
+        if item.code == "recorded" and item.event.type == "pull_request.labeled":
+            number = subject.rpartition("#")[2]
+            if number.isdigit():
+                relabeled[int(number)] = updated if isinstance(updated, str) else ""
+    runner = LevelDeliveries(hub, who.client, who.bot_login, app_id=who.app_id)
+    try:
+        moved = runner.run(renv.repository, [r.event for r in recorded], relabeled=relabeled)
+    finally:
+        runner.close()
+    for m in moved:
+        where = f"{m.repo}#{m.number}"
+        if m.error:
+            say(f"delivery {where}: {m.error}")
+            continue
+        how = "started at" if m.started else f"{m.before} ->"
+        source = f" (state read from its {m.rebuilt_from})" if m.rebuilt_from else ""
+        wait = f"; waiting for {m.waiting}" if m.waiting else ""
+        if m.answered:
+            say(f"delivery {where}: card answered: {m.answered}")
+        say(f"delivery {where}: {how} {m.after}{source}{wait}")
+    return moved
 
 
 def answer(
@@ -361,5 +403,9 @@ def main(argv: list[str]) -> int:
             print(annotation("warning", f"turn {turn.id} failed: {turn.outcome}"), flush=True)
     write_outputs(renv.output, report)
     write_summary(renv.summary, report)
-    _say(f"done: {len(report.turns)} turn(s), {len(report.new_cards)} card(s) raised")
-    return 0
+    raised = len(report.new_cards) + sum(len(m.cards) for m in report.deliveries)
+    _say(f"done: {len(report.turns)} turn(s), {raised} card(s) raised")
+    failed = [m for m in report.deliveries if m.error]
+    for m in failed:
+        print(annotation("error", f"delivery {m.repo}#{m.number}: {m.error}"), flush=True)
+    return 1 if failed else 0

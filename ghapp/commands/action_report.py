@@ -1,10 +1,12 @@
 """What one ``autoloop action`` run tells the workflow: outputs, a summary, annotations.
 
-- outputs (``GITHUB_OUTPUT``): ``turns`` (turns run), ``cards`` (cards raised) and ``stage``
-  (the delivery stage of the run's pull request, empty when it has none);
-- the job summary (``GITHUB_STEP_SUMMARY``): a Markdown table of the event, the turns, the
-  cards with links to their comments, and the delivery stage; text that others wrote
-  (card titles come from agents, which read issues) is escaped, so it stays text;
+- outputs (``GITHUB_OUTPUT``): ``turns`` (turns run), ``cards`` (cards raised, the
+  deliveries' included) and ``stage`` (the delivery stage of the run's pull request, or of
+  the delivery it moved; empty when there is none);
+- the job summary (``GITHUB_STEP_SUMMARY``): Markdown tables of the event, the turns, the
+  cards with links to their comments, and the deliveries (stage before and after, what
+  each waits for, the writes made, with links to their sticky comments); text that others
+  wrote (card titles come from agents, which read issues) is escaped, so it stays text;
 - annotations: ``::error::`` and ``::warning::`` lines, escaped as the runner reads them.
 """
 
@@ -15,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ghapp.github.level import Moved
 from kernel.model import Event
 from kernel.records import Card, Turn
 
@@ -34,6 +37,7 @@ _STAGE = re.compile(r"[^A-Za-z0-9_.:-]")
 _MARKDOWN = re.compile(r"([\\`*_\[\]|])")
 _CODE = re.compile(r"[^A-Za-z0-9_.:/#@-]")
 CELL_MAX = 120
+NOTE_MAX = 1000  # a note says what to do: it is not cut short like a cell
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,8 +71,14 @@ class ActionRun:
     cards: list[Card] = field(default_factory=list)  # raised or changed by this run
     new_cards: list[Card] = field(default_factory=list)  # raised by this run
     subjects: dict[str, str] = field(default_factory=dict)  # matter id -> subject
+    deliveries: list[Moved] = field(default_factory=list)
     stage: str = ""
     warnings: list[str] = field(default_factory=list)
+
+    @property
+    def cards_raised(self) -> int:
+        """Cards this run raised: the rules' and the deliveries'."""
+        return len(self.new_cards) + sum(len(m.cards) for m in self.deliveries)
 
 
 # --------------------------------------------------------------------------- annotations
@@ -86,7 +96,7 @@ def annotation(kind: str, message: str) -> str:
 def outputs(report: ActionRun) -> dict[str, str]:
     return {
         "turns": str(len(report.turns)),
-        "cards": str(len(report.new_cards)),
+        "cards": str(report.cards_raised),
         "stage": _STAGE.sub("", report.stage),
     }
 
@@ -102,11 +112,11 @@ def write_outputs(path: Path | None, report: ActionRun) -> None:
 # --------------------------------------------------------------------------- the summary
 
 
-def cell(text: str) -> str:
+def cell(text: str, limit: int = CELL_MAX) -> str:
     """Text written by others as one table cell: one line, no markup, no HTML."""
     flat = " ".join(str(text).split())
-    if len(flat) > CELL_MAX:
-        flat = flat[: CELL_MAX - 1] + "…"
+    if len(flat) > limit:
+        flat = flat[: limit - 1] + "…"
     flat = flat.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return _MARKDOWN.sub(r"\\\1", flat)
 
@@ -153,7 +163,7 @@ def summary(report: ActionRun) -> str:
         "",
         "| mode | turns run | cards raised | delivery stage | run |",
         "|---|---|---|---|---|",
-        f"| {report.mode} | {len(report.turns)} | {len(report.new_cards)} | "
+        f"| {report.mode} | {len(report.turns)} | {report.cards_raised} | "
         f"{cell(report.stage) or '-'} | [attempt {report.attempt}]({report.run_url}) |",
         "",
     ]
@@ -192,9 +202,51 @@ def summary(report: ActionRun) -> str:
             where = _comment_link(server, c, report.subjects.get(c.matter, ""))
             lines.append(f"| {c.id} | {cell(c.title)} | {_card_state(c)} | {where} |")
         lines.append("")
+    if report.deliveries:
+        lines += _deliveries(report)
     for warning in report.warnings:
-        lines += [f"> **Note:** {cell(warning)}", ""]
+        lines += [f"> **Note:** {cell(warning, NOTE_MAX)}", ""]
     return "\n".join(lines) + "\n"
+
+
+def _deliveries(report: ActionRun) -> list[str]:
+    server = report.server_url
+    lines = [
+        "| delivery | stage | waiting for | writes | cards |",
+        "|---|---|---|---|---|",
+    ]
+    waits = False
+    for m in report.deliveries:
+        subject = f"{m.repo}#{m.number}"
+        anchor = f"#issuecomment-{m.comment}" if m.comment else ""
+        where = subject_link(server, subject, anchor)
+        before = "started" if m.started else (code(m.before) if m.before else "-")
+        stage = f"{before} → {code(m.after)}" if m.after else before
+        if m.error:
+            waiting = f"failed: {cell(m.error)}"
+        else:
+            waiting = cell(m.waiting) or ("-" if m.after in ("delivered", "cancelled") else "")
+            waits = waits or bool(m.waiting)
+        writes = "<br>".join(code(w.replace(": ", ":")) for w in m.writes) or "-"
+        cards = ", ".join(
+            f"{code(name)} (`/answer {name} N` on the pull request)" for name in m.cards
+        )
+        lines.append(f"| {where} | {stage} | {waiting} | {writes} | {cards or '-'} |")
+    lines.append("")
+    if waits:
+        lines += [
+            "Nothing waits in this job: the next event (a check, a deployment, an answer) "
+            "or a scheduled run goes on from where each delivery rests, as its pull request "
+            "shows.",
+            "",
+        ]
+    if any(m.shown == "newer shown" for m in report.deliveries):
+        lines += [
+            "> **Note:** another run showed a newer state of a delivery first; the next "
+            "run goes on from that one.",
+            "",
+        ]
+    return lines
 
 
 def write_summary(path: Path | None, report: ActionRun) -> None:

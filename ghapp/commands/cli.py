@@ -10,6 +10,7 @@ Subcommands that live in their own modules are dispatched lazily, so that
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import importlib.metadata
 import json
@@ -21,7 +22,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from ghapp.commands.home import Home, home_from_env, init_home
+from ghapp.commands.home import Home, home_from_env, init_home, require_home
+from ghapp.commands.show import Out
 from ghapp.runtime.hub import read_details
 from ghapp.store.base import StoreError
 from kernel.codec import to_data
@@ -54,12 +56,42 @@ def _print_json(obj: Any) -> None:
     print(json.dumps(obj, indent=None, sort_keys=True, default=str))
 
 
+def _open() -> Home:
+    """The home named by AUTOLOOP_HOME; a folder that holds none is refused (exit 2)
+    before the ledger is made there, so a typo never looks like an empty install."""
+    env = dict(os.environ)
+    home = home_from_env(env)
+    require_home(home, env)
+    return Home.open(env=env, home=home)
+
+
+class _Lines:
+    """A text stream whose lines go to :meth:`Out.line` (console cards during a drain)."""
+
+    def __init__(self, out: Out) -> None:
+        self.out = out
+        self._buffer = ""
+
+    def write(self, text: str) -> int:
+        self._buffer += text
+        *lines, self._buffer = self._buffer.split("\n")
+        for line in lines:
+            self.out.line(line)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
 # ------------------------------------------------------------------------------ commands
 
 
 def cmd_init(args: argparse.Namespace) -> int:
     home = home_from_env(os.environ)
     made = init_home(home)
+    if args.json:
+        _print_json({"home": str(home), "created": made})
+        return 0
     for path in made:
         print(f"created {path}")
     if not made:
@@ -69,7 +101,7 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_emit(args: argparse.Namespace) -> int:
-    ctx = Home.open()
+    ctx = _open()
     try:
         details = read_details(args.details)
     except (OSError, ValueError) as exc:
@@ -97,32 +129,49 @@ def _turn_line(turn: Turn) -> str:
 
 
 def cmd_drain(args: argparse.Namespace) -> int:
-    ctx = Home.open()
+    ctx = _open()
     quiet = args.json
+    out = Out()
+    done: list[str] = []
+    progress: list[Any] = []  # the progress display's say(), while it runs
 
     def on_turn(phase: str, turn: Turn) -> None:
+        if phase == "start" and progress:
+            progress[0](f"turn {turn.id} ({len(done)} done)")
+        elif phase != "start":
+            done.append(turn.id)
         if quiet:
             return
         if phase == "start":
             resume = f", resuming {turn.resume}" if turn.resume else ""
-            print(f"> {_turn_line(turn)}: {len(turn.events)} event(s){resume}", flush=True)
+            out.line(f"> {_turn_line(turn)}: {len(turn.events)} event(s){resume}")
         else:
             extra = f": {turn.error}" if turn.error else ""
-            print(f"< turn {turn.id} {turn.state}: {turn.outcome}{extra}", flush=True)
+            out.line(f"< turn {turn.id} {turn.state}: {turn.outcome}{extra}")
 
     def on_card(card: Card) -> None:
-        if quiet:
+        if quiet or shown_on_console(card):  # the console channel prints it: once
             return
         from plugins.channels.local import render  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
 
-        print(render(card), flush=True)
+        out.line(render(card))
 
-    hub = ctx.hub(on_turn=on_turn, on_card=on_card)
-    report = hub.drain(worker=args.worker)
+    def shown_on_console(card: Card) -> bool:
+        from plugins.channels.local import ConsoleChannel  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+
+        cards = hub.cards
+        return any(isinstance(cards.channel(n), ConsoleChannel) for n in cards.channels_for(card))
+
+    # Console channels print on this command's output (stderr under --json, as before).
+    console: Any = None if quiet else _Lines(out)
+    hub = ctx.hub(on_turn=on_turn, on_card=on_card, console=console)
+    with out.progress("running turns") as say:
+        progress.append(say)
+        report = hub.drain(worker=args.worker)
     if args.json:
         _print_json({"turns": report.turns, "timers_fired": report.timers})
     elif not report.turns:
-        print(_nothing_to_run(ctx))
+        out.line(_nothing_to_run(ctx))
     return 0
 
 
@@ -272,39 +321,82 @@ def card_data(c: Card) -> dict[str, Any]:
     }
 
 
+RECENT_TURNS = 10
+
+
 def cmd_status(args: argparse.Namespace) -> int:
-    ctx = Home.open()
+    ctx = _open()
     data = status_data(ctx)
     if args.json:
         _print_json(data)
         return 0
+    out = Out()
     states = Counter(t["state"] for t in data["turns"])
     by_state = ", ".join(f"{n} {s}" for s, n in sorted(states.items())) or "none"
-    print(f"turns: {len(data['turns'])} ({by_state})")
-    for m in data["matters"]:
-        if m["state"] != "idle" or m["pending"]:
-            print(f"  matter {m['id']}: {m['state']}, {len(m['pending'])} pending")
+    out.line(f"turns: {len(data['turns'])} ({by_state})")
+    recent = data["turns"][-RECENT_TURNS:]
+    if recent:
+        out.table(
+            f"recent turns (last {len(recent)}; 'autoloop why TURN' tells one)",
+            ["turn", "kind", "rule", "matter", "state", "outcome", "started", "ended"],
+            [
+                [
+                    t["id"],
+                    t["kind"],
+                    t["rule"],
+                    t["matter"],
+                    t["state"],
+                    t["outcome"] or "",
+                    _short_time(t["started_at"]),
+                    _short_time(t["ended_at"]),
+                ]
+                for t in reversed(recent)
+            ],
+        )
+    if data["matters"]:
+        out.table(
+            "matters",
+            ["matter", "rule", "subject", "state", "pending", "session"],
+            [
+                [m["id"], m["rule"], m["subject"], m["state"], len(m["pending"]), m["session"]]
+                for m in data["matters"]
+            ],
+        )
     waiting = [c for c in data["cards"] if c["state"] == "open" and c["kind"] == "ask"]
     for c in waiting:
-        print(f"  waiting for an answer: card {c['id']} {c['title']!r} (matter {c['matter']})")
+        out.line(f"  waiting for an answer: card {c['id']} {c['title']!r} (matter {c['matter']})")
+    opened = [c for c in data["cards"] if c["state"] == "open"]
+    if opened:
+        out.table(
+            "open cards ('autoloop answer CARD N', or 'autoloop cards dismiss CARD' a notice)",
+            ["card", "kind", "title", "matter", "options"],
+            [
+                [c["id"], c["kind"], c["title"], c["matter"], " / ".join(c["options"])]
+                for c in opened
+            ],
+        )
     armed = [t for t in data["timers"] if not t["fired"]]
-    for t in armed:
-        print(f"  timer {t['id']} due {t['due']}: {t['why']}")
+    if armed:
+        out.table(
+            "timers",
+            ["timer", "matter", "due", "why"],
+            [[t["id"], t["matter"], t["due"], t["why"]] for t in armed],
+        )
     active = [p for p in data["pipelines"] if p["state"] == "active"]
     if data["pipelines"]:
         ended = len(data["pipelines"]) - len(active)
-        print(f"deliveries: {len(active)} active, {ended} ended ('autoloop why OWNER/REPO#N')")
+        out.line(f"deliveries: {len(active)} active, {ended} ended ('autoloop why OWNER/REPO#N')")
     for p in active:
         waits = f", waiting for {p['waiting_for']}" if p["waiting_for"] else ""
-        print(f"  delivery {p['subject']} ({p['id']}): {p['stage']}{waits}")
+        out.line(f"  delivery {p['subject']} ({p['id']}): {p['stage']}{waits}")
     not_disp = [e for e in data["events"] if not e["dispatched"]]
-    print(f"events: {len(data['events'])} ({len(not_disp)} not dispatched)")
-    print(f"open cards: {sum(1 for c in data['cards'] if c['state'] == 'open')}")
+    out.line(f"events: {len(data['events'])} ({len(not_disp)} not dispatched)")
+    out.line(f"open cards: {len(opened)}")
     usage = data["usage"]
     for span in ("today", "week"):
         u = usage[span]
         label = "today" if span == "today" else "last 7 days"
-        print(f"{label}: {u['turns']} turns, {u['tokens']} tokens, ${u['cost_usd']:.4f}")
+        out.line(f"{label}: {u['turns']} turns, {u['tokens']} tokens, ${u['cost_usd']:.4f}")
     caps = usage["caps"]
     today = usage["today"]
     if caps["max_usd_per_day"] is not None or caps["max_tokens_per_day"] is not None:
@@ -319,8 +411,14 @@ def cmd_status(args: argparse.Namespace) -> int:
             caps["max_tokens_per_day"] is not None and today["tokens"] >= caps["max_tokens_per_day"]
         )
         state = "REACHED: no new turns today" if reached else "not reached"
-        print(f"daily cap ({usage['timezone']}): {' or '.join(limits)}, {state}")
+        out.line(f"daily cap ({usage['timezone']}): {' or '.join(limits)}, {state}")
     return 0
+
+
+def _short_time(value: object) -> str:
+    """``2026-11-30T09:00:01.234+00:00`` as ``2026-11-30 09:00:01`` (empty for none)."""
+    text = str(value or "")
+    return text[:19].replace("T", " ")
 
 
 def why_trail(store: Any, turn_id: str) -> dict[str, Any] | None:
@@ -404,7 +502,7 @@ def why_lines(store: Any, turn_id: str) -> list[str]:
 
 
 def cmd_why(args: argparse.Namespace) -> int:
-    ctx = Home.open()
+    ctx = _open()
     trail = why_trail(ctx.store, args.turn)
     if trail is None:
         return _why_delivery(ctx, args)
@@ -440,7 +538,9 @@ def _why_delivery(ctx: Home, args: argparse.Namespace) -> int:
 
 
 def cmd_cards(args: argparse.Namespace) -> int:
-    ctx = Home.open()
+    if getattr(args, "cards_command", None) == "dismiss":
+        return cmd_dismiss(args)
+    ctx = _open()
     with ctx.store.read() as tx:
         cards = [c for c in tx.query("card") if isinstance(c, Card)]
     if not args.all:
@@ -451,15 +551,55 @@ def cmd_cards(args: argparse.Namespace) -> int:
         return 0
     from plugins.channels.local import render  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
 
+    out = Out()
     if not cards:
-        print("no open cards" if not args.all else "no cards")
-    for c in cards:
-        print(f"{render(c)}  [{c.state}, matter {c.matter}]")
+        out.line("no open cards" if not args.all else "no cards")
+    elif out.tty:
+        out.table(
+            "cards" if args.all else "open cards",
+            ["card", "kind", "state", "title", "matter", "options", "to do"],
+            [
+                [
+                    c.id,
+                    c.kind_,
+                    c.state,
+                    c.title,
+                    c.matter,
+                    " / ".join(f"{i}) {o}" for i, o in enumerate(c.options, 1)),
+                    _next_step(c),
+                ]
+                for c in cards
+            ],
+        )
+    else:
+        for c in cards:
+            out.line(f"{render(c)}  [{c.state}, matter {c.matter}]")
+    return 0
+
+
+def _next_step(card: Card) -> str:
+    if card.state != "open":
+        return ""
+    if card.kind_ == "ask":
+        return f"autoloop answer {card.id} N"
+    return f"autoloop cards dismiss {card.id}"
+
+
+def cmd_dismiss(args: argparse.Namespace) -> int:
+    ctx = _open()
+    by = os.environ.get("USER") or "cli"
+    out = ctx.hub().dismiss(args.card, by=by)
+    if not out.reply.ok:
+        return _die(1, out.reply.message)
+    if args.json:
+        _print_json({"card": args.card, "state": "closed", "message": out.reply.message})
+    else:
+        print(out.reply.message)
     return 0
 
 
 def cmd_answer(args: argparse.Namespace) -> int:
-    ctx = Home.open()
+    ctx = _open()
     try:
         choice = int(args.choice)
     except ValueError:
@@ -468,27 +608,39 @@ def cmd_answer(args: argparse.Namespace) -> int:
     out = ctx.hub().answer(args.card, choice, by=by, via="cli")
     if not out.reply.ok:
         return _die(1, out.reply.message)
+    if args.json:
+        _print_json({"card": args.card, "choice": choice, "message": out.reply.message})
+        return 0
     print(f"answered {out.reply.message}; run 'autoloop drain' to resume the agent")
     return 0
 
 
 def cmd_rebuild(args: argparse.Namespace) -> int:
-    ctx = Home.open()
+    ctx = _open()
     from ghapp.runtime.ledger import Ledger  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
 
     ledger = Ledger(ctx.store, ctx.rules, ctx.clock)
+    out = Out()
     if args.check:
-        diffs = ledger.check()
+        with out.progress("replaying the facts"):
+            diffs = ledger.check()
+        if args.json:
+            _print_json({"equal": not diffs, "differences": diffs})
+            return 1 if diffs else 0
         if diffs:
             for d in diffs[:50]:
-                print(d)
+                out.line(d)
             return _die(
                 1, f"{len(diffs)} projection row(s) differ from a replay; run 'autoloop rebuild'"
             )
-        print("projections equal a replay of the facts")
+        out.line("projections equal a replay of the facts")
         return 0
-    n = ledger.rebuild()
-    print(f"rebuilt {n} projection rows from the facts")
+    with out.progress("rebuilding the projections from the facts"):
+        n = ledger.rebuild()
+    if args.json:
+        _print_json({"rows": n})
+        return 0
+    out.line(f"rebuilt {n} projection rows from the facts")
     return 0
 
 
@@ -590,35 +742,54 @@ def _version() -> str:
         return "unknown"
 
 
+class _Parser(argparse.ArgumentParser):
+    """A subcommand's parser: an unknown argument is reported with this subcommand's
+    usage (argparse hands it up, and the top-level usage said nothing useful)."""
+
+    def parse_known_args(  # type: ignore[override]  # same call, stricter answer
+        self, args: Any = None, namespace: Any = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        found, extra = super().parse_known_args(args, namespace)
+        if extra:
+            self.error(f"unrecognized arguments: {' '.join(extra)}")
+        return found, extra
+
+
+JSON_HELP = "print one JSON object instead of text"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="autoloop",
         description="Run command-line coding agents on events; ask people when it matters.",
     )
     p.add_argument("--version", action="version", version=f"autoloop {_version()}")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     s = sub.add_parser("init", help="create AUTOLOOP_HOME, a starter rules.json and master.key")
+    s.add_argument("--json", action="store_true", help=JSON_HELP)
     s.set_defaults(func=cmd_init)
 
     s = sub.add_parser("emit", help="record a local event")
-    s.add_argument("source")
-    s.add_argument("type")
-    s.add_argument("subject")
+    s.add_argument("source", help="where the event comes from, e.g. local")
+    s.add_argument("type", help="the event's type, e.g. hello.world (rules match on it)")
+    s.add_argument("subject", help="what the event is about, e.g. acme/web#12")
     s.add_argument("--id", required=True, help="the event's id; (source, id) is recorded once")
-    s.add_argument("--summary")
-    s.add_argument("--link")
+    s.add_argument("--summary", help="one line about the event (kept as data)")
+    s.add_argument("--link", help="a URL for the event (kept as data)")
     s.add_argument("--details", help="a file holding a JSON object (kept as data only)")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help=JSON_HELP)
     s.set_defaults(func=cmd_emit)
 
     s = sub.add_parser("drain", help="run hub and worker here until nothing is runnable now")
-    s.add_argument("--worker", default="local")
-    s.add_argument("--json", action="store_true")
+    s.add_argument(
+        "--worker", default="local", help="run the turns of agents for this worker (default local)"
+    )
+    s.add_argument("--json", action="store_true", help=JSON_HELP)
     s.set_defaults(func=cmd_drain)
 
-    s = sub.add_parser("status", help="turns, matters, cards, timers, usage")
-    s.add_argument("--json", action="store_true")
+    s = sub.add_parser("status", help="recent turns, matters, cards, timers, deliveries, usage")
+    s.add_argument("--json", action="store_true", help=JSON_HELP + " (every record)")
     s.set_defaults(func=cmd_status)
 
     s = sub.add_parser(
@@ -629,22 +800,28 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="TURN_OR_DELIVERY",
         help="a turn id, or a delivery: owner/repo#N, deliver/owner/repo#N or the PR's URL",
     )
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help=JSON_HELP)
     s.set_defaults(func=cmd_why)
 
-    s = sub.add_parser("cards", help="list open cards (--all: every card)")
-    s.add_argument("--all", action="store_true")
-    s.add_argument("--json", action="store_true")
+    s = sub.add_parser("cards", help="list open cards (--all: every card); 'cards dismiss CARD'")
+    s.add_argument("--all", action="store_true", help="every card, answered and closed too")
+    s.add_argument("--json", action="store_true", help=JSON_HELP)
     s.set_defaults(func=cmd_cards)
+    cards_sub = s.add_subparsers(dest="cards_command", metavar="dismiss")
+    d = cards_sub.add_parser("dismiss", help="close an open notice card")
+    d.add_argument("card", help="the notice card's id, e.g. c3")
+    d.add_argument("--json", action="store_true", help=JSON_HELP)
 
     s = sub.add_parser("answer", help="answer a card with the number of an option")
-    s.add_argument("card")
-    s.add_argument("choice")
+    s.add_argument("card", help="the card's id, e.g. c1")
+    s.add_argument("choice", help="the number of the option, from 1")
     s.add_argument("--by", help="who answers (default: $USER)")
+    s.add_argument("--json", action="store_true", help=JSON_HELP)
     s.set_defaults(func=cmd_answer)
 
     s = sub.add_parser("rebuild", help="rebuild projections from the facts")
     s.add_argument("--check", action="store_true", help="compare only; exit 1 on a difference")
+    s.add_argument("--json", action="store_true", help=JSON_HELP)
     s.set_defaults(func=cmd_rebuild)
 
     s = sub.add_parser("try", help="an offline trial with a built-in demo agent")
@@ -658,6 +835,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _main(args_list)
+    except BrokenPipeError:
+        # The reader went away (autoloop status | head): nothing was lost, nothing to say.
+        # stdout now points at /dev/null, so the flush at exit cannot fail again.
+        with contextlib.suppress(OSError, ValueError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        return 0
+
+
+def _main(args_list: list[str]) -> int:
     if args_list and args_list[0] in EXTERNAL:
         module, func = EXTERNAL[args_list[0]].split(":")
         entry = getattr(importlib.import_module(module), func)

@@ -44,7 +44,7 @@ from ghapp.runtime.hub import Hub
 from ghapp.runtime.links import CardLinks
 from ghapp.runtime.settings import GitHubSettings, SettingsError
 from ghapp.web.app import Server
-from kernel.model import Event
+from kernel.model import ChannelSpec, Event
 
 __all__ = ["PendingApp", "attach"]
 
@@ -73,6 +73,20 @@ def sweep_interval(env: Mapping[str, str]) -> float:
     if not 1.0 <= value <= 86_400.0:
         raise SettingsError(f"{SWEEP_VAR}={raw!r}: give seconds between 1 and 86400, e.g. 300")
     return value
+
+
+def app_refused(settings: GitHubSettings, exc: Unauthorized | Forbidden | NotFound) -> str:
+    """One line for a ``GET /app`` that GitHub refused: what is wrong, what to check."""
+    if isinstance(exc, NotFound):
+        return (
+            f"{settings.api_url} has no GitHub App API ({exc}): check AUTOLOOP_GITHUB_URL "
+            "(https://api.github.com, or https://HOST/api/v3 for GitHub Enterprise)"
+        )
+    return (
+        f"GitHub refused the App's credentials ({exc}): check that AUTOLOOP_GITHUB_APP_ID "
+        f"({settings.app_id}) is the App ID shown on the App's settings page, and that "
+        "AUTOLOOP_GITHUB_PRIVATE_KEY is a private key generated for that App"
+    )
 
 
 def attach(
@@ -111,10 +125,7 @@ def attach(
         app = client.get_app(once=True)
     except REFUSED as exc:
         client.close()
-        raise SettingsError(
-            f"GitHub refused to say who the App is ({exc}): check AUTOLOOP_GITHUB_APP_ID, "
-            "AUTOLOOP_GITHUB_PRIVATE_KEY and AUTOLOOP_GITHUB_URL"
-        ) from None
+        raise SettingsError(app_refused(settings, exc)) from None
     except GitHubError as exc:  # no answer, a 5xx, a rate limit: GitHub is out of reach
         log.warning(
             "GitHub is out of reach (%s): serving anyway, webhooks are recorded; "
@@ -149,13 +160,11 @@ def _wire(
     server.app_id = app_id if isinstance(app_id, int) else settings.app_id
     bot_login = f"{slug}[bot]"
 
-    channels: dict[str, GitHubCommentChannel] = {}
-    for name, spec in hub.rules().channels.items():
-        if spec.use == CHANNEL_ADAPTER:
-            channels[name] = GitHubCommentChannel(
-                client, bot_login, links=links if spec.links else None
-            )
-    hub.channels.update(channels)
+    def comment_channel(spec: ChannelSpec) -> GitHubCommentChannel:
+        return GitHubCommentChannel(client, bot_login, links=links if spec.links else None)
+
+    # Made per channel of the rules, again when rules.json adds, renames or changes one.
+    hub.channel_makers[CHANNEL_ADAPTER] = comment_channel
     hub.executors["github"] = GitHubExecutor(client, bot_login)
     deliveries = Deliveries(hub, client, bot_login, bot_app_id=server.app_id)
     server.on_events = deliveries.on_events

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from ghapp.runtime.hub import LEASE_MARGIN_S, Hub, clock_from_env, load_rules, rules_path
 from ghapp.store.base import Store, open_store
@@ -28,11 +28,40 @@ from kernel.rules import starter_rules_text
 log = logging.getLogger("autoloop.home")
 
 CHANNEL_ADAPTERS = frozenset({"console", "desktop", "webhook", "github-comment"})
+#: What to do when a channel of the rules cannot be made in this process.
+CHANNEL_HINTS = {
+    "github-comment": (
+        "no GitHub App is connected here; 'autoloop serve' with AUTOLOOP_GITHUB_APP_ID and "
+        "AUTOLOOP_GITHUB_PRIVATE_KEY set posts them"
+    ),
+}
 
 
 def home_from_env(env: Mapping[str, str]) -> Path:
     raw = env.get("AUTOLOOP_HOME")
     return Path(raw).expanduser() if raw else Path.home() / ".autoloop"
+
+
+HOME_MARKS = ("rules.json", "rules.toml", "master.key", "ledger.db")
+
+
+def require_home(home: Path, env: Mapping[str, str]) -> None:
+    """Refuse a folder that holds no Autoloop home, before anything is made in it.
+
+    A mistyped or unset ``AUTOLOOP_HOME`` must not look like a healthy, empty install:
+    opening the ledger there would create it. With ``AUTOLOOP_DB`` set the ledger lives
+    elsewhere, and the commands that need the rules say so themselves.
+    """
+    if env.get("AUTOLOOP_DB"):
+        return
+    if home.is_dir() and any((home / name).exists() for name in HOME_MARKS):
+        return
+    how = "AUTOLOOP_HOME" if env.get("AUTOLOOP_HOME") else "AUTOLOOP_HOME is not set; its default"
+    raise ConfigError(
+        f"no Autoloop home here ({how}): run 'autoloop init' to make one, or set "
+        "AUTOLOOP_HOME to the folder 'autoloop init' made",
+        file=str(home),
+    )
 
 
 def db_url(env: Mapping[str, str], home: Path) -> str:
@@ -147,23 +176,26 @@ class Home:
         self._rules, self._rules_stamp = rules, stamp
         return rules
 
-    def hub(self, **kw: object) -> Hub:
+    def hub(self, *, console: TextIO | None = None, **kw: object) -> Hub:
+        """The hub of this home; ``console`` is where console channels print (stderr)."""
         from plugins.agents.registry import make_agent  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
-        from plugins.channels.local import make_channels  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+        from plugins.channels.local import channel_makers  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
 
         rules = self.rules()
         redact = make_redact(self.home, rules, self.env)
-        return Hub(
+        hub = Hub(
             home=self.home,
             store=self.store,
             rules=self.rules,
             clock=self.clock,
             agent_for=make_agent,
-            channels=make_channels(rules, self.env),
+            channel_makers=channel_makers(self.env, console=console),
             redact=redact,
             lease_margin_s=lease_margin_from_env(self.env),
             **kw,  # type: ignore[arg-type]  # callers pass Hub keyword arguments through
         )
+        hub.cards.hints.update(CHANNEL_HINTS)
+        return hub
 
 
 def secret_values(home: Path, rules: Rules, env: Mapping[str, str]) -> list[str]:
@@ -203,8 +235,15 @@ def make_redact(home: Path, rules: Rules, env: Mapping[str, str]) -> Callable[[s
 
 
 def configure_logs(ctx: Home) -> None:
-    """Log to stderr, every record redacted (level from AUTOLOOP_LOG_LEVEL, default INFO)."""
+    """Log to stderr, every record redacted (level from AUTOLOOP_LOG_LEVEL, default INFO;
+    AUTOLOOP_LOG_FORMAT=json writes one JSON object a line)."""
     level = ctx.env.get("AUTOLOOP_LOG_LEVEL") or "INFO"
+    fmt = (ctx.env.get("AUTOLOOP_LOG_FORMAT") or "text").strip().lower()
+    if fmt not in ("text", "json"):
+        raise ConfigError(
+            f"{fmt!r} is not a log format: use text (the default) or json (one object a line)",
+            file="AUTOLOOP_LOG_FORMAT",
+        )
     redactor = make_redactor(ctx.home, ctx.rules(), ctx.env)
     try:  # ghapp.runtime.logs is landing in parallel with the redactor
         logs: Any = importlib.import_module("ghapp.runtime.logs")
@@ -214,7 +253,7 @@ def configure_logs(ctx: Home) -> None:
         if redactor is None or logs is None:
             logging.basicConfig(level=level.upper(), format="%(levelname)s %(name)s: %(message)s")
         else:
-            logs.configure_logging(level, redactor)
+            logs.configure_logging(level, redactor, json=fmt == "json")
     except ValueError as exc:
         raise ConfigError(
             f"{exc}; use DEBUG, INFO, WARNING or ERROR", file="AUTOLOOP_LOG_LEVEL"

@@ -18,6 +18,7 @@ import gc
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -28,7 +29,7 @@ from typing import Any
 
 import uvicorn
 
-from ghapp.commands.home import Home, configure_logs, read_master_key, reset_logs
+from ghapp.commands.home import Home, configure_logs, read_master_key, require_home, reset_logs
 from ghapp.runtime.ingest import IngestQueue
 from ghapp.runtime.links import CardLinks
 from ghapp.runtime.settings import Settings, SettingsError
@@ -172,21 +173,55 @@ def settle_heap() -> None:
     gc.freeze()
 
 
-def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="autoloop serve")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8080)
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port``, for uvicorn to listen on; a port that cannot be
+    had is a :class:`SettingsError` (one line) before anything else starts."""
+    if not 0 <= port <= 65535:
+        raise SettingsError(f"--port {port}: give a port from 1 to 65535 (default 8080)")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except (OSError, OverflowError) as exc:
+        sock.close()
+        why = getattr(exc, "strerror", None) or str(exc)
+        raise SettingsError(
+            f"cannot listen on {host}:{port} ({why}): pick another --port or --host"
+        ) from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="autoloop serve",
+        description="The GitHub App: webhook server, generic sources, card pages and a worker.",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080)")
     p.add_argument("--workers", type=int, default=None, help="turns run at once (max_parallel)")
     p.add_argument("--name", default="local", help="this worker's name")
     p.add_argument("--config", type=Path, help="a TOML settings file")
     p.add_argument("--base-url", default="", help="public URL of this server, for card links")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
     env: Mapping[str, str] = os.environ
     # Every idle client holds a descriptor: take all the open files we may (before the
     # ledger and the worker open theirs), and cap connections below that (http_config).
     files = raise_open_files()
     try:
         settings = Settings.from_env(env, args.config)
+        require_home(settings.home, env)
+        sock = listen_socket(args.host, args.port)
+    except (SettingsError, ConfigError) as exc:
+        print(f"autoloop serve: {exc}", file=sys.stderr)
+        return 2
+    port = sock.getsockname()[1]
+    try:
         ctx = Home.open(env=dict(env), home=settings.home)
         configure_logs(ctx)  # every log record redacted, until this function returns
         running = build(
@@ -194,18 +229,20 @@ def main(argv: list[str]) -> int:
             settings,
             worker_name=args.name,
             max_parallel=args.workers,
-            base_url=args.base_url or f"http://{args.host}:{args.port}",
+            base_url=args.base_url or f"http://{args.host}:{port}",
         )
     except (SettingsError, ConfigError) as exc:
         reset_logs()
+        sock.close()
         print(f"autoloop serve: {exc}", file=sys.stderr)
         return 2
     running.start()
     config = http_config(
         create_app(running.server),
         host=args.host,
-        port=args.port,
+        port=port,
         log_level="warning",
+        log_config=None,  # uvicorn's records go to our handler: one format, redacted
         access_log=False,
         timeout_graceful_shutdown=5,
     )
@@ -213,7 +250,7 @@ def main(argv: list[str]) -> int:
     for note in running.notes:
         print(f"autoloop serve: {note}", flush=True)
     log.info("%s", files.line())
-    print(f"autoloop serve: listening on http://{args.host}:{args.port}", flush=True)
+    print(f"autoloop serve: listening on http://{args.host}:{port}", flush=True)
     done = threading.Event()
 
     def _term(signum: int, frame: object) -> None:
@@ -223,7 +260,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, _term)
     settle_heap()
     try:
-        server.run()
+        server.run(sockets=[sock])
     finally:
         running.stop()
         reset_logs()

@@ -14,7 +14,7 @@ import signal
 import sys
 import threading
 
-from ghapp.commands.home import Home, configure_logs, reset_logs
+from ghapp.commands.home import Home, configure_logs, home_from_env, require_home, reset_logs
 from ghapp.runtime.worker import WorkerLoop
 from ghapp.store.base import StoreError
 from kernel.errors import ConfigError
@@ -22,15 +22,24 @@ from kernel.errors import ConfigError
 log = logging.getLogger("autoloop.worker")
 
 
-def main(argv: list[str]) -> int:
-    """``autoloop work [--name W]``: a worker only, claiming turns from the shared ledger."""
-    p = argparse.ArgumentParser(prog="autoloop work")
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="autoloop work", description="A worker only: claims turns from the shared ledger."
+    )
     p.add_argument("--name", default="local", help="run only turns whose agent names this worker")
     p.add_argument("--parallel", type=int, default=None, help="turns at once (max_parallel)")
     p.add_argument("--poll", type=float, default=1.0, help="seconds between looks at the ledger")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str]) -> int:
+    """``autoloop work [--name W]``: a worker only, claiming turns from the shared ledger."""
+    args = build_parser().parse_args(argv)
     try:
-        ctx = Home.open()
+        env = dict(os.environ)
+        home = home_from_env(env)
+        require_home(home, env)
+        ctx = Home.open(env=env, home=home)
         rules = ctx.rules()
         configure_logs(ctx)
         hub = ctx.hub()

@@ -13,6 +13,10 @@
   action's record as the pipeline's answer)
 - ``version``: ``probe_version``, the live-version probe
 - ``story``: ``read_story``, a delivery's story told from the ledger (``autoloop why``)
+- ``level``: ``LevelDeliveries``, the delivery pipeline run level-triggered for the
+  Action (``level_carry``: one delivery decided, shown and kept; ``level_scope``: which
+  pull requests a run looks at; ``level_cards``: ``/answer d<n>`` on the pull request;
+  ``carried``: the delivery's state kept in its check run and sticky comment)
 - ``channel``: ``GitHubCommentChannel``, a card as one comment
 - ``answers``: ``AnswerDesk``, ``/answer CARD N`` comments as answers
 - ``sweeper``: ``Sweeper``, what the webhooks missed, found again

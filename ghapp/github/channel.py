@@ -24,9 +24,10 @@ from ghapp.github.client import GitHubClient, NotFound
 from ghapp.github.errors import AmbiguousWrite
 from ghapp.github.executor import Target, defuse, find_marked, marker, subject_target
 from ghapp.runtime.links import CardLinks
+from kernel.cards import for_operator
 from kernel.records import Card, Matter
 
-__all__ = ["GitHubCommentChannel", "render_card"]
+__all__ = ["GitHubCommentChannel", "render_card", "render_operator_notice"]
 
 _LINK_TOKEN = re.compile(r"/cards/[A-Za-z0-9._-]+")
 
@@ -64,6 +65,20 @@ def render_card(card: Card, *, link: str | None = None) -> str:
     return "\n".join(lines)
 
 
+def render_operator_notice(card: Card) -> str:
+    """The public face of a notice meant for whoever runs Autoloop (a turn that failed
+    for good): that something needs them, never the error or the local commands."""
+    lines = [
+        marker("card", card.id),
+        "**Autoloop could not finish its work here.**",
+        "",
+        f"The people who run it have been told (card {card.id}).",
+    ]
+    if card.state in ("done", "closed"):
+        lines.append(f"This card is {card.state}.")
+    return "\n".join(lines)
+
+
 class GitHubCommentChannel:
     def __init__(
         self, client: GitHubClient, bot_login: str, *, links: CardLinks | None = None
@@ -83,7 +98,10 @@ class GitHubCommentChannel:
         target = subject_target(matter.subject if matter is not None else "")
         if target is None:
             return ""  # not about an issue or pull request: nothing to show here
-        text = render_card(card, link=self.links.url(card.id) if self.links else None)
+        if for_operator(card.key):  # its text is for the operator: not on a public issue
+            text = render_operator_notice(card)
+        else:
+            text = render_card(card, link=self.links.url(card.id) if self.links else None)
         # A turn's thread and a sweep may deliver the same card at once: one at a time,
         # and never an older version over a newer one.
         with self._lock(card.id):

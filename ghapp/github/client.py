@@ -21,7 +21,9 @@ The API is synchronous (the worker is threaded); the client is thread-safe.
 from __future__ import annotations
 
 import base64
+import logging
 import re
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
@@ -134,6 +136,24 @@ def _items(data: object, key: str | None) -> list[JSON]:
     return [item for item in data if isinstance(item, dict)] if isinstance(data, list) else []
 
 
+_INNER = threading.local()  # set while the pool's own client sends a request
+
+
+class _OuterLineOnly(logging.Filter):
+    """Drops httpx's "HTTP Request: ..." line of the pool's inner client.
+
+    Each call goes through two httpx clients (githubkit's, then the pool's), and httpx
+    logs every request it sends: without this filter each request was logged twice.
+    The outer client's line stays, one per request.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not getattr(_INNER, "sending", False)
+
+
+_HTTPX_FILTER = _OuterLineOnly()
+
+
 class _Pooled(httpx.BaseTransport):
     """A transport that sends through one long-lived httpx client (thread-safe).
 
@@ -143,9 +163,16 @@ class _Pooled(httpx.BaseTransport):
 
     def __init__(self, transport: httpx.BaseTransport | None, timeout: httpx.Timeout) -> None:
         self._client = httpx.Client(transport=transport, timeout=timeout, follow_redirects=False)
+        httpx_log = logging.getLogger("httpx")
+        if _HTTPX_FILTER not in httpx_log.filters:
+            httpx_log.addFilter(_HTTPX_FILTER)
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        return self._client.send(request, stream=True)
+        _INNER.sending = True
+        try:
+            return self._client.send(request, stream=True)
+        finally:
+            _INNER.sending = False
 
     def close(self) -> None:
         pass  # the per-request client is done; the pool stays open
@@ -421,6 +448,8 @@ class GitHubClient:
         params: Mapping[str, Any] | None = None,
         key: str | None = None,
         limit: int | None = None,
+        *,
+        keep: Callable[[JSON], bool] | None = None,
     ) -> list[JSON]:
         per_page = PER_PAGE if limit is None else max(1, min(limit, PER_PAGE))
         first = {**(params or {}), "per_page": per_page}
@@ -430,7 +459,7 @@ class GitHubClient:
                 return self._repo("GET", repo, path, params=first)
             return self._repo("GET", repo, path, url=url)
 
-        return self._pages(fetch, key, limit=limit)
+        return self._pages(fetch, key, keep=keep, limit=limit)
 
     # ----------------------------------------------------------------------- repository
 
@@ -512,13 +541,22 @@ class GitHubClient:
         state: str = "open",
         head: str | None = None,
         base: str | None = None,
+        sort: str | None = None,
+        direction: str | None = None,
+        keep: Callable[[JSON], bool] | None = None,
     ) -> list[JSON]:
+        """Pull requests (GitHub's order: newest created first; ``sort="updated"``: most
+        recently updated first). ``keep``: stop at the first one it refuses."""
         params: JSON = {"state": state}
         if head:
             params["head"] = head
         if base:
             params["base"] = base
-        return self._repo_pages(repo, "/pulls", params)
+        if sort:
+            params["sort"] = sort
+        if direction:
+            params["direction"] = direction
+        return self._repo_pages(repo, "/pulls", params, keep=keep)
 
     def list_pull_files(self, repo: str, number: int) -> list[JSON]:
         """The PR's changed files (``filename``, ``status``, ``additions``, ``deletions``,

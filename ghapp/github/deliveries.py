@@ -577,6 +577,10 @@ class Deliveries:
         delivery = start(
             repo=s.repo, number=s.number, head_sha=head, mode=mode, now=now, run=run, by=s.by
         )
+        if rec is not None:  # the progress shown goes on from the last run's numbers
+            seq = rec.data.get("progress_seq")
+            if isinstance(seq, int) and not isinstance(seq, bool):
+                delivery = replace(delivery, progress_seq=seq)
         out = self.hub.ledger.decide(
             k.Advance(
                 pipeline=pid,

@@ -9,10 +9,12 @@ attempt writes; a retry (``attempts > 0``) or a lost answer reads GitHub back fi
 - ``github.ready`` (``head_sha``): GraphQL's ``markPullRequestReadyForReview`` (GitHub has
   no REST call for it), by the PR's ``node_id``; read back: is it still a draft?
 - ``github.progress`` (``seq``, ``head_sha``, ``check_title``, ``check_status``,
-  ``check_conclusion``, ``check_summary``, ``comment_body``): our check run
-  ``autoloop/deliver`` on the head, found by name and our app, and our one sticky
-  comment, found by its marker ``<!-- autoloop:deliver=<repo>#<n> -->``, each created
-  or updated in place.
+  ``check_conclusion``, ``check_summary``, ``comment_body``, and optionally ``state``):
+  our check run ``autoloop/deliver`` on the head, found by name and our app, and our one
+  sticky comment, found by its marker ``<!-- autoloop:deliver=<repo>#<n> -->``, each
+  created or updated in place. ``state`` (the delivery's record, encoded by
+  :mod:`ghapp.github.carried`) goes into both as a hidden marker, for runs that keep no
+  ledger.
 - ``github.delete_branch`` (``ref``): ``DELETE .../git/refs/heads/<ref>``, only for the
   merged PR's own branch still at the merged head; read back: is the branch gone?
 
@@ -41,7 +43,7 @@ from kernel.records import Action
 from pipeline.policy import OWN_CHECK
 from plugins.protocols import ActionFailed
 
-__all__ = ["DeliveryWrites"]
+__all__ = ["DeliveryWrites", "shown_seq"]
 
 CHECK_STATUSES = ("in_progress", "completed")
 CHECK_CONCLUSIONS = ("success", "failure", "neutral")
@@ -49,6 +51,7 @@ SUMMARY_MAX = 65_000  # GitHub refuses a check run summary over 65535 characters
 
 _SHA = re.compile(r"^[0-9a-fA-F]{7,64}$")
 _SEQ = re.compile(r"<!-- autoloop:seq=([0-9]{1,12}) -->")
+_STATE = re.compile(r"^[A-Za-z0-9_-]{1,64000}$")  # base64url, as ghapp.github.carried writes it
 
 
 # ------------------------------------------------------------------------------ params
@@ -213,10 +216,13 @@ class DeliveryWrites:
         title = _string(p, "check_title")
         summary = _string(p, "check_summary", allow_empty=True)
         body = _string(p, "comment_body")
+        state = p.get("state")
+        if state is not None and (not isinstance(state, str) or not _STATE.match(state)):
+            raise ActionFailed("'state' must be base64url text (an encoded delivery state)")
         mark = marker("deliver", str(t))
         comments = self.client.list_issue_comments(t.repo, t.number)
         found = find_marked(comments, mark, self.bot_login)
-        shown = _seq(found)
+        shown = shown_seq(found)
         if found is not None and shown >= seq:
             # This progress, or a newer one, is shown already: nothing older overwrites it.
             return {"applied": False, "seq": shown, "comment": found.get("id"), "read_back": True}
@@ -225,10 +231,13 @@ class DeliveryWrites:
             "external_id": mark.removeprefix("<!-- ").removesuffix(" -->"),
             "output": {"title": title, "summary": summary[:SUMMARY_MAX]},
         }
+        held = f"{marker('state', state)}\n" if state else ""
+        if state:
+            fields["output"]["text"] = held
         if status == "completed":
             fields["conclusion"] = conclusion or "neutral"
         run = self._check_run(t, head_sha, fields)
-        text = f"{mark}\n{marker('seq', str(seq))}\n{defuse(body)}"
+        text = f"{mark}\n{marker('seq', str(seq))}\n{held}{defuse(body)}"
         comment = self._comment(t, mark, text, found)
         return {
             "applied": True,
@@ -245,6 +254,10 @@ class DeliveryWrites:
         if self.app_id is not None:
             return app.get("id") == self.app_id
         return str(app.get("slug", "")).lower() == self.slug
+
+    def own_check_run(self, t: Target, head_sha: str) -> JSON | None:
+        """Our newest ``autoloop/deliver`` check run on ``head_sha`` (None: there is none)."""
+        return self._own_run(t, head_sha)
 
     def _own_run(self, t: Target, head_sha: str) -> JSON | None:
         runs = self.client.list_check_runs_for_ref(
@@ -263,6 +276,7 @@ class DeliveryWrites:
             and run.get("conclusion") == fields.get("conclusion")
             and output.get("title") == want["title"]
             and output.get("summary") == want["summary"]
+            and ("text" not in want or output.get("text") == want["text"])
         )
 
     def _check_run(self, t: Target, head_sha: str, fields: dict[str, Any]) -> int | None:
@@ -317,7 +331,8 @@ class DeliveryWrites:
         return ident
 
 
-def _seq(comment: Mapping[str, Any] | None) -> int:
+def shown_seq(comment: Mapping[str, Any] | None) -> int:
+    """The progress seq a sticky comment shows (0: none)."""
     body = comment.get("body") if comment is not None else None
     found = _SEQ.search(body) if isinstance(body, str) else None
     return int(found.group(1)) if found else 0

@@ -4,20 +4,34 @@ A card is shown on every channel its rule's ``notify`` lists (the owner's cards 
 ``owner_notify``); the ledger records which version each channel has shown
 (``Delivered``), so a restart or a sweep sends only what a channel has not seen. A
 channel that fails leaves the card undelivered there; the next sweep tries again.
+
+The channels follow ``rules.json``: each is made from its spec by the maker registered
+for its ``use`` (``makers``), and made again when the rules add, rename or change it, so
+an edit takes effect without a restart. A channel whose ``use`` nothing in this process
+can make (a ``github-comment`` channel without the GitHub App) is logged once, in one
+line that says what to do; its cards wait in the ledger for a process that can show
+them. ``channels`` holds channels given by name, which win over the rules' specs.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Callable, Mapping
 
 from ghapp.runtime.ledger import Ledger, Outcome
 from ghapp.store.base import Store
 from kernel import inputs as k
-from kernel.model import OWNER_MATTER, Rules
+from kernel.model import OWNER_MATTER, ChannelSpec, Rules
 from kernel.records import Card, Matter
 from plugins.protocols import Channel
 
-__all__ = ["Cards"]
+__all__ = ["Cards", "ChannelMaker"]
+
+log = logging.getLogger("autoloop.cards")
+
+#: Makes the channel a spec of ``rules.json`` describes (one per ``use``).
+ChannelMaker = Callable[[ChannelSpec], Channel]
 
 
 class Cards:
@@ -28,13 +42,60 @@ class Cards:
         rules: Callable[[], Rules],
         *,
         channels: Mapping[str, Channel] | None = None,
+        makers: Mapping[str, ChannelMaker] | None = None,
         on_card: Callable[[Card], None] | None = None,
     ) -> None:
         self.store = store
         self.ledger = ledger
         self.rules = rules
         self.channels: dict[str, Channel] = dict(channels or {})
+        self.makers: dict[str, ChannelMaker] = dict(makers or {})
+        #: what to do when no maker is registered for a ``use``, said in the log line
+        self.hints: dict[str, str] = {}
         self.on_card = on_card
+        self._made: dict[str, tuple[ChannelSpec, Channel]] = {}
+        self._told: dict[str, ChannelSpec] = {}  # channel -> the spec logged as not shown
+        self._failed: set[tuple[str, str, int]] = set()  # (card, channel, version) logged
+        self._lock = threading.Lock()
+
+    def channel(self, name: str) -> Channel | None:
+        """The channel called ``name`` now: given by name, or made from the rules' spec
+        (again when the spec changed); None, logged once, when nothing here can make it."""
+        given = self.channels.get(name)
+        if given is not None:
+            return given
+        spec = self.rules().channels.get(name)
+        if spec is None:
+            return None
+        with self._lock:
+            made = self._made.get(name)
+            if made is not None and made[0] == spec:
+                return made[1]
+            maker = self.makers.get(spec.use)
+            if maker is None:
+                self._made.pop(name, None)
+                if self._told.get(name) != spec:
+                    self._told[name] = spec
+                    hint = self.hints.get(spec.use) or "no adapter for it is loaded"
+                    log.warning(
+                        'cards for channel "%s" ("use": "%s") are not shown by this process: '
+                        "%s; they wait in the ledger",
+                        name,
+                        spec.use,
+                        hint,
+                    )
+                return None
+            try:
+                channel = maker(spec)
+            except Exception as exc:  # a bad spec must not stop the other channels
+                if self._told.get(name) != spec:
+                    self._told[name] = spec
+                    log.warning('channel "%s" could not be made: %s', name, exc)
+                return None
+            self._made[name] = (spec, channel)
+            self._told.pop(name, None)
+            log.info('channel "%s" ("use": "%s") ready', name, spec.use)
+            return channel
 
     def send_effects(self, out: Outcome, sent: set[str]) -> None:
         """A card the decision changed without a SendCard (a receipt's "resolve" bumps its
@@ -55,7 +116,7 @@ class Cards:
                 names = list(rule.notify) if rule else []
             else:  # a pipeline's card: its pull request shows it; the owner's channels too
                 names = list(rules.owner_notify)
-        return [n for n in names if n in self.channels]
+        return [n for n in names if self.channel(n) is not None]
 
     def deliver(self, card_id: str, *, announce: bool = True) -> None:
         with self.store.read() as tx:
@@ -69,13 +130,24 @@ class Cards:
             prev = card.delivered.get(name) or {}
             if int(prev.get("version", 0)) >= card.version:
                 continue
+            channel = self.channel(name)
+            if channel is None:  # the rules changed meanwhile
+                continue
             try:
-                ref = self.channels[name].send(
+                ref = channel.send(
                     card,
                     matter if isinstance(matter, Matter) else None,
                     previous_ref=str(prev.get("ref", "")),
                 )
-            except Exception:  # noqa: S112  # a channel outage leaves the card undelivered; retried by sweep
+            except Exception as exc:  # an outage leaves the card undelivered; the sweep retries
+                if (card.id, name, card.version) not in self._failed:
+                    self._failed.add((card.id, name, card.version))
+                    log.warning(
+                        'card %s not shown on channel "%s": %s; the next sweep tries again',
+                        card.id,
+                        name,
+                        str(exc) or type(exc).__name__,
+                    )
                 continue
             self.ledger.decide(
                 k.Delivered(card=card.id, channel=name, version=card.version, ref=ref)

@@ -21,7 +21,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ghapp.runtime.budget import UsageMeter, cap_notice, day_bounds
-from ghapp.runtime.cards import Cards
+from ghapp.runtime.cards import Cards, ChannelMaker
 from ghapp.runtime.ledger import Ledger, Outcome
 from ghapp.runtime.outbox import Outbox
 from ghapp.runtime.turns import PreparedTurn, prepare, run_agent, stop_leftovers
@@ -207,6 +207,7 @@ class Hub:
         clock: Callable[[], datetime] = real_clock,
         agent_for: Callable[[str], object],
         channels: Mapping[str, Channel] | None = None,
+        channel_makers: Mapping[str, ChannelMaker] | None = None,
         executors: Mapping[str, Executor] | None = None,
         redact: Redact = lambda s: s,
         on_card: Callable[[Card], None] | None = None,
@@ -221,11 +222,14 @@ class Hub:
         self.agent_for = agent_for
         self.redact = redact
         self.on_turn = on_turn
-        self.cards = Cards(store, self.ledger, rules, channels=channels, on_card=on_card)
+        self.cards = Cards(
+            store, self.ledger, rules, channels=channels, makers=channel_makers, on_card=on_card
+        )
         self.outbox = Outbox(store, self.ledger, executors=executors, redact=redact)
         self.outbox.cards = self.cards.deliver
         self.outbox.after = self.cards.send_effects
-        self.channels = self.cards.channels  # the App adds its channel and executor here
+        self.channels = self.cards.channels  # channels given by name (the Action's)
+        self.channel_makers = self.cards.makers  # the App adds github-comment's maker here
         self.executors = self.outbox.executors
         self.lease_margin_s = lease_margin_s
         self._usage = UsageMeter()  # today's spend, read incrementally from the facts
@@ -241,6 +245,12 @@ class Hub:
 
     def answer(self, card: str, choice: int, *, by: str, via: str = "cli") -> Outcome:
         out = self.ledger.decide(k.Answer(card=card, choice=choice, by=by, via=via))
+        self._after(out)
+        return out
+
+    def dismiss(self, card: str, *, by: str = "") -> Outcome:
+        """Close an open notice card; its channels show it closed."""
+        out = self.ledger.decide(k.Dismiss(card=card, by=by))
         self._after(out)
         return out
 

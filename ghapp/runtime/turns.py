@@ -139,6 +139,7 @@ def run_agent(
         tokens=result.tokens,
         error=redact(result.error or ""),
         timed_out=result.timed_out,
+        retry=result.retry,
     )
 
 

@@ -225,7 +225,10 @@ class SqliteStore:
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the ledger at {self.path}: {exc}") from exc
         conn.execute("PRAGMA query_only=ON")
-        conn.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_PAGES}")  # as the writer's
+        # The same settings as the writer's (a reader never commits, but what it reports
+        # of the ledger should be true of it).
+        conn.execute(f"PRAGMA synchronous={'FULL' if self.durable else 'OFF'}")
+        conn.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_PAGES}")
         return conn
 
     def _give_back(self, conn: sqlite3.Connection) -> None:

@@ -1,6 +1,7 @@
 """The HTTP face of the hub (DESIGN.md section 8): ``create_app(server) -> Starlette``.
 
-- ``POST /github/webhook``: verify ``X-Hub-Signature-256`` (401, nothing stored), refuse
+- ``POST /github/webhook``: one log line each (:mod:`ghapp.web.access`); verify
+  ``X-Hub-Signature-256`` (401, nothing stored), refuse
   bodies over GitHub's 25 MB cap (413), route on ``X-GitHub-Event``, dedupe on
   ``X-GitHub-Delivery``, commit to the ledger, and only then answer 2xx.
 - ``POST /v1/in/{source}``: generic sources signed with HMAC-SHA256 over the raw body.
@@ -38,6 +39,7 @@ from ghapp.github.sansio import verify_signature
 from ghapp.runtime.hub import Hub
 from ghapp.runtime.ingest import IngestQueue
 from ghapp.runtime.links import CardLinks
+from ghapp.web.access import WebhookLog
 from ghapp.web.cards import form_choice, render_card_page
 from ghapp.web.metrics import Metrics, render_metrics
 from kernel import inputs as k
@@ -64,6 +66,7 @@ class Server:
     wake: Callable[[], None] = lambda: None
     on_comment: Callable[[Event], None] | None = None
     on_events: Callable[[list[Event]], None] | None = None  # every recorded webhook's events
+    webhook_log: WebhookLog = field(default_factory=WebhookLog)
 
 
 class _BadBody(ValueError):
@@ -107,8 +110,35 @@ def _unrecorded(what: str, exc: Exception) -> Response:
     return _error(503, UNRECORDED)
 
 
+def _error_of(response: Response) -> str:
+    """The ``error`` of one of our JSON error answers, for the log line."""
+    try:
+        data = orjson.loads(bytes(response.body))
+    except (ValueError, TypeError):
+        return ""
+    return str(data.get("error", "")) if isinstance(data, dict) else ""
+
+
 def create_app(server: Server) -> Starlette:
     async def github_webhook(request: Request) -> Response:
+        """One log line per received webhook (:mod:`ghapp.web.access`), then its answer."""
+        started = time.perf_counter()
+        status, error = 500, "the server failed: see the error logged above"
+        try:
+            response = await receive_github_webhook(request)
+            status = response.status_code
+            error = _error_of(response) if status >= 400 else ""
+            return response
+        finally:
+            server.webhook_log.received(
+                request.headers.get("x-github-event", ""),
+                request.headers.get("x-github-delivery", ""),
+                status,
+                (time.perf_counter() - started) * 1000,
+                error,
+            )
+
+    async def receive_github_webhook(request: Request) -> Response:
         started = time.perf_counter()
         m = server.metrics
         if server.webhook_secret is None:

@@ -1,4 +1,5 @@
-"""What ``GET /metrics`` shows, in Prometheus' text format.
+"""What ``GET /metrics`` shows, in Prometheus' text format (written by ``prometheus_client``,
+every metric with its ``# HELP``).
 
 The server counts webhook deliveries and keeps recent acknowledgement latencies in
 :class:`Metrics`; :func:`render_metrics` adds the ingest queue's group commits and the
@@ -8,7 +9,11 @@ ledger does not (``autoloop_ledger_up 0``).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from ghapp.runtime.ingest import IngestQueue
 from ghapp.store.base import Store
@@ -30,40 +35,80 @@ class Metrics:
             del self.latencies[:5_000]
 
 
-def render_metrics(metrics: Metrics, ingest: IngestQueue, store: Store) -> str:
-    """The page: the server's counters, the ingest queue's group commits, webhook
-    acknowledgement latency, and the ledger's turns, cards and outbox actions by state."""
-    lines: list[str] = []
-    for name, value in sorted(metrics.counters.items()):
-        lines.append(f"# TYPE autoloop_{name} counter")
-        lines.append(f"autoloop_{name} {value}")
-    lines.append("# TYPE autoloop_ingest_commits_total counter")
-    lines.append(f"autoloop_ingest_commits_total {ingest.batches}")
-    lines.append("# TYPE autoloop_ingest_requests_total counter")
-    lines.append(f"autoloop_ingest_requests_total {ingest.items}")
-    lat = sorted(metrics.latencies)
-    if lat:
-        lines.append("# TYPE autoloop_webhook_ack_seconds summary")
-        for q in (0.5, 0.9, 0.99):
-            lines.append(
-                f'autoloop_webhook_ack_seconds{{quantile="{q}"}} {lat[int(q * (len(lat) - 1))]:.6f}'
+#: What each counter of :class:`Metrics` counts, for its ``# HELP`` line.
+COUNTERS = {
+    "webhook_deliveries": "GitHub webhook deliveries verified and recorded (or found duplicate)",
+    "webhook_refused": "GitHub webhook deliveries refused before verification (size, length)",
+    "webhook_bad_signature": "GitHub webhook deliveries refused: the signature did not match",
+    "events_recorded": "events recorded from webhooks",
+    "events_duplicate": "events of webhooks already recorded (redeliveries)",
+}
+_KINDS = {
+    "turn": ("turns", "agent turns in the ledger, by state"),
+    "card": ("cards", "cards in the ledger, by state"),
+    "action": ("outbox_actions", "write-backs in the outbox, by state"),
+}
+
+
+class _Collector:
+    """Reads the server's counters, the ingest queue and the ledger at each scrape."""
+
+    def __init__(self, metrics: Metrics, ingest: IngestQueue, store: Store) -> None:
+        self.metrics, self.ingest, self.store = metrics, ingest, store
+
+    def collect(self) -> Iterator[Metric]:
+        for name, value in sorted(self.metrics.counters.items()):
+            base = name.removesuffix("_total")
+            doc = COUNTERS.get(base, base.replace("_", " "))
+            yield CounterMetricFamily(f"autoloop_{base}", doc, value=value)
+        yield CounterMetricFamily(
+            "autoloop_ingest_commits",
+            "ledger commits made by the ingest queue (one per group of requests)",
+            value=self.ingest.batches,
+        )
+        yield CounterMetricFamily(
+            "autoloop_ingest_requests",
+            "requests the ingest queue committed",
+            value=self.ingest.items,
+        )
+        lat = sorted(self.metrics.latencies)
+        if lat:
+            ack = GaugeMetricFamily(
+                "autoloop_webhook_ack_seconds",
+                "seconds from a webhook's arrival to its answer, quantiles of recent ones",
+                labels=["quantile"],
             )
-        lines.append(f"autoloop_webhook_ack_seconds_count {len(lat)}")
-    try:
-        with store.read() as tx:
-            counts: dict[str, dict[str, int]] = {}
-            for kind in ("turn", "card", "action"):
-                for rec in tx.query(kind):
-                    st = str(getattr(rec, "state", getattr(rec, "status", "")))
-                    counts.setdefault(kind, {})[st] = counts.setdefault(kind, {}).get(st, 0) + 1
-            facts = tx.fact_count()
-    except Exception:  # the metrics page must answer even when the ledger does not
-        return "\n".join(lines) + "\nautoloop_ledger_up 0\n"
-    lines.append("autoloop_ledger_up 1")
-    lines.append(f"autoloop_facts_total {facts}")
-    names = {"turn": "turns", "card": "cards", "action": "outbox_actions"}
-    for kind, by_state in sorted(counts.items()):
-        lines.append(f"# TYPE autoloop_{names[kind]} gauge")
-        for st, n in sorted(by_state.items()):
-            lines.append(f'autoloop_{names[kind]}{{state="{st}"}} {n}')
-    return "\n".join(lines) + "\n"
+            for q in (0.5, 0.9, 0.99):
+                ack.add_metric([str(q)], lat[int(q * (len(lat) - 1))])
+            yield ack
+        up = GaugeMetricFamily("autoloop_ledger_up", "1 when the ledger answered this scrape")
+        try:
+            with self.store.read() as tx:
+                counts: dict[str, dict[str, int]] = {}
+                for kind in _KINDS:
+                    for rec in tx.query(kind):
+                        st = str(getattr(rec, "state", getattr(rec, "status", "")))
+                        by_state = counts.setdefault(kind, {})
+                        by_state[st] = by_state.get(st, 0) + 1
+                facts = tx.fact_count()
+        except Exception:  # the metrics page must answer even when the ledger does not
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
+        yield GaugeMetricFamily("autoloop_facts", "facts in the ledger", value=facts)
+        for kind, (name, doc) in _KINDS.items():
+            family = GaugeMetricFamily(f"autoloop_{name}", doc, labels=["state"])
+            for st, n in sorted(counts.get(kind, {}).items()):
+                family.add_metric([st], n)
+            yield family
+
+
+def render_metrics(metrics: Metrics, ingest: IngestQueue, store: Store) -> str:
+    """The page (Prometheus text, by ``prometheus_client``): the server's counters, the
+    ingest queue's group commits, webhook acknowledgement latency, and the ledger's
+    turns, cards and outbox actions by state."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Collector(metrics, ingest, store))
+    return generate_latest(registry).decode()

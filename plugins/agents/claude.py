@@ -159,7 +159,10 @@ class ClaudeAgent:
         log = turn_log(proc.stdout, proc.stderr)
         if proc.spawn_error is not None:
             return AgentResult(
-                started=False, ok=False, error=f"could not start Claude Code: {proc.spawn_error}"
+                started=False,
+                ok=False,
+                error=f"could not start Claude Code: {proc.spawn_error}",
+                retry=False,  # the same program would be missing again
             )
         data = parse_result(proc.stdout)
         common: dict[str, Any] = {"exit_code": proc.exit_code, "output": log, "pid": proc.pid}

@@ -116,7 +116,10 @@ class CodexAgent:
         proc = run_process(argv, cwd=req.cwd, env=env, timeout_s=req.timeout_s)
         if proc.spawn_error is not None:
             return AgentResult(
-                started=False, ok=False, error=f"could not start Codex: {proc.spawn_error}"
+                started=False,
+                ok=False,
+                error=f"could not start Codex: {proc.spawn_error}",
+                retry=False,  # the same program would be missing again
             )
         seen = read_events(proc.stdout)
         common: dict[str, Any] = {

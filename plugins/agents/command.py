@@ -52,8 +52,10 @@ def placeholder_values(req: AgentRequest) -> dict[str, str]:
     }
 
 
-def failed(error: str, *, started: bool = False, session: str | None = None) -> AgentResult:
-    return AgentResult(started=started, ok=False, error=error, session=session)
+def failed(
+    error: str, *, started: bool = False, session: str | None = None, retry: bool = True
+) -> AgentResult:
+    return AgentResult(started=started, ok=False, error=error, session=session, retry=retry)
 
 
 def run_reporting_program(argv: list[str], req: AgentRequest, env: dict[str, str]) -> AgentResult:
@@ -62,7 +64,7 @@ def run_reporting_program(argv: list[str], req: AgentRequest, env: dict[str, str
     clear_report(report_file)
     proc = run_process(argv, cwd=req.cwd, env=env, timeout_s=req.timeout_s)
     if proc.spawn_error is not None:
-        return failed(f"could not start the agent: {proc.spawn_error}")
+        return failed(f"could not start the agent: {proc.spawn_error}", retry=False)
     report = read_report(report_file, proc.stderr)
     started = report.session is not None or bool(proc.stdout.strip())
     # A resumed program that did not name its session again went on in the same one.

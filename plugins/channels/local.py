@@ -15,7 +15,7 @@ from typing import Any, TextIO
 
 import httpx
 
-from kernel.model import ChannelSpec, Rules
+from kernel.model import ChannelSpec
 from kernel.records import Card, Matter
 
 
@@ -89,14 +89,13 @@ class WebhookChannel:
         return f"webhook:{card.id}"
 
 
-def make_channels(rules: Rules, env: Mapping[str, str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name, spec in rules.channels.items():
-        if spec.use == "console":
-            out[name] = ConsoleChannel()
-        elif spec.use == "desktop":
-            out[name] = DesktopChannel()
-        elif spec.use == "webhook":
-            out[name] = WebhookChannel(spec, env)
+def channel_makers(env: Mapping[str, str], *, console: TextIO | None = None) -> dict[str, Any]:
+    """Makers of the local channels by ``use``: each takes a channel's spec from the rules.
+
+    ``console`` is where console channels print (default: stderr)."""
+    return {
+        "console": lambda spec: ConsoleChannel(console),
+        "desktop": lambda spec: DesktopChannel(),
+        "webhook": lambda spec: WebhookChannel(spec, env),
         # github-comment is added by the GitHub App when it is configured.
-    return out
+    }

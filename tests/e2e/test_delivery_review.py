@@ -79,6 +79,9 @@ def test_deliver_review_posts_one_review_per_head(tmp_path: Path) -> None:
         runner = next(x for x in live.running.extras if isinstance(x, Deliveries))
         wait_for("the runner to rest", runner.idle)
         assert len(bot_reviews(gh, number)) == 2  # the head was reviewed already
+        # The sticky comment tells run 2, not the end of run 1 (its progress numbers go on
+        # from run 1's, or the newer run's would be refused as older).
+        wait_for("run 2 shown", lambda: "Cancelled" not in " ".join(sticky(gh, number)))
         assert own(gh, "PUT", "/merge") == 0
         assert not gh.sandbox.state.repos[gh.repo].pulls[number].merged
         # The review folder holds the PR as data; the prompt names it, never quotes it.

@@ -33,9 +33,10 @@ def test_attach_wires_the_github_comment_channels_the_executor_and_the_backgroun
     doc["channels"] = {"gh": {"use": "github-comment"}, "desk": {"use": "console"}}
     with rig(tmp_path, doc) as r:
         hub, server = r.live.hub, r.live.running.server
-        assert isinstance(hub.channels["gh"], GitHubCommentChannel)
-        assert hub.channels["gh"].links is None  # no "links": true on this channel
-        assert not isinstance(hub.channels["desk"], GitHubCommentChannel)
+        gh = hub.cards.channel("gh")
+        assert isinstance(gh, GitHubCommentChannel)
+        assert gh.links is None  # no "links": true on this channel
+        assert not isinstance(hub.cards.channel("desk"), GitHubCommentChannel)
         assert isinstance(hub.executors["github"], GitHubExecutor)
         assert hub.executors["github"].bot_login == f"{server.app_slug}[bot]"
         desk = r.part(AnswerDesk)

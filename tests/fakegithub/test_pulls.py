@@ -70,7 +70,9 @@ def test_a_conflicting_pull_request_is_dirty_and_not_mergeable(sandbox: SandboxH
 
 def test_required_checks_block_until_ci_passes(sandbox: SandboxHandle) -> None:
     sandbox.world.set_protection("main", contexts=["ci"])
-    sandbox.world.set_ci({"ci": "success"}, delay=0.2)
+    # CI reports after 2 s: long enough that the reads below come first on a busy machine
+    # (with 0.2 s, one run in three failed under a load of 6 on 2 cores).
+    sandbox.world.set_ci({"ci": "success"}, delay=2.0)
     number = sandbox.world.open_pr("contributor", "topic", "Topic", files={"a.txt": "1"})
     with client(sandbox) as gh:
         pr = gh.get(f"/repos/sandbox/demo/pulls/{number}").json()

@@ -82,3 +82,15 @@ def test_an_events_payload_is_served_as_a_runners_event_file(sandbox: SandboxHan
     assert payload["repository"]["full_name"] == "sandbox/demo"
     assert payload["sender"]["login"] == "reader"
     assert missing.status_code == 400 and "-1 for the newest" in missing.json()["message"]
+
+
+def test_the_newest_event_of_one_name_is_served(sandbox: SandboxHandle) -> None:
+    number = sandbox.world.open_issue("reader", "First")
+    sandbox.world.comment("maintainer", number, "A comment after it")
+    with httpx.Client(base_url=sandbox.control_url, timeout=10) as control:
+        issue = control.get("/events/-1", params={"event": "issues"}).json()
+        comment = control.get("/events/-1", params={"event": "issue_comment"}).json()
+        none = control.get("/events/-1", params={"event": "issues", "action": "closed"})
+    assert (issue["action"], issue["issue"]["number"]) == ("opened", number)
+    assert comment["comment"]["body"] == "A comment after it"
+    assert none.status_code == 400 and "named 'issues'" in none.json()["message"]

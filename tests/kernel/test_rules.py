@@ -632,6 +632,28 @@ ERRORS: list[tuple[str, Mutation, str]] = [
         _set("rules.0.max_retries", -1),
         TRIAGE + 'field "max_retries": must be at least 0, got -1',
     ),
+    (
+        "github action misspelled",
+        _set("rules.0.allow", ["github.coment"]),
+        TRIAGE + 'field "allow[0]": unknown action "github.coment" (did you mean '
+        '"github.comment"? known: github.comment, github.label,',
+    ),
+    (
+        "github action to approve misspelled",
+        _set("rules.0.approve", ["github.clsoe"]),
+        TRIAGE + 'field "approve[0]": unknown action "github.clsoe" (did you mean "github.close"?',
+    ),
+    (
+        "source misspelled",
+        _set("rules.0.on.source", "gihub"),
+        TRIAGE + 'field "on.source": unknown source "gihub" (did you mean "github"? known: '
+        "local, github, agent, timer, schedule, card, shop;",
+    ),
+    (
+        "declared source misspelled",
+        _set("rules.0.on.source", ["github", "shpo"]),
+        TRIAGE + 'field "on.source[1]": unknown source "shpo" (did you mean "shop"?',
+    ),
 ]
 
 
@@ -649,6 +671,17 @@ def test_each_mistake_is_one_line_naming_file_rule_and_field(
     text = str(caught.value)
     assert "\n" not in text
     assert text.startswith(expected), text
+
+
+def test_a_source_far_from_any_known_one_is_a_source_of_its_own() -> None:
+    # autoloop emit records events of any source: only near misses are typos
+    rules = load(
+        {
+            "agents": {"a": {"use": "demo"}},
+            "rules": [{"name": "r", "agent": "a", "on": {"source": "billing"}}],
+        }
+    )
+    assert rules.rules[0].on is not None and rules.rules[0].on.source == ("billing",)
 
 
 def test_an_unknown_agent_when_none_are_defined_says_to_add_one() -> None:

@@ -249,6 +249,50 @@ def test_failed_turn_retries_then_tells_the_owner() -> None:
     assert "failed" in card.title
 
 
+ASK_ONE = '{"key": "k", "title": "Which?", "options": ["a", "b"]}'
+
+
+def test_an_agent_whose_program_is_missing_is_not_retried_and_the_card_says_so() -> None:
+    kn = Kernel(rules_of(rule(max_retries=2)))
+    kn.step(k.Ingest(event=ev("1")))
+    t = kn.claim("r")
+    assert t
+    out = k.AgentOutcome(
+        started=False, ok=False, error="could not start the agent: x: not found", retry=False
+    )
+    kn.step(k.Finish(turn=t, fence=kn.state.turns[t].fence, outcome=out))
+    assert kn.claim("r") is None  # no retry: it would fail the same way at once
+    (card,) = kn.state.cards.values()
+    assert card.title == "Agent 'a' could not start"
+    assert card.key.startswith("failed/") and card.kind_ == "notice"
+    assert "not found" in card.text and "agents.a" in card.text
+    assert kn.replayed().records() == kn.state.records()
+
+
+def test_a_notice_is_dismissed_once_and_a_question_is_not() -> None:
+    kn = Kernel(rules_of(rule()))
+    kn.step(k.Ingest(event=ev("1")))
+    t1 = kn.claim("r")
+    assert t1
+    kn.finish(t1, receipt('{"notice": [{"title": "FYI"}], "ask": [' + ASK_ONE + "]}"))
+    notice = next(c for c in kn.state.cards.values() if c.kind_ == "notice")
+    ask = next(c for c in kn.state.cards.values() if c.kind_ == "ask")
+    done = kn.step(k.Dismiss(card=notice.id, by="me"))
+    assert done.reply.code == "dismissed"
+    assert done.effects == (k.SendCard(card=notice.id),)
+    assert kn.state.cards[notice.id].state == "closed"
+    assert kn.state.cards[notice.id].version == notice.version + 1
+    again = kn.step(k.Dismiss(card=notice.id))
+    assert (again.reply.code, again.reply.message) == (
+        "refused",
+        f"card {notice.id} is already closed",
+    )
+    question = kn.step(k.Dismiss(card=ask.id))
+    assert question.reply.code == "refused" and "autoloop answer" in question.reply.message
+    assert kn.step(k.Dismiss(card="c99")).reply.code == "unknown"
+    assert kn.replayed().records() == kn.state.records()
+
+
 def test_never_started_turn_retries_in_a_fresh_session() -> None:
     kn = Kernel(rules_of(rule()))
     kn.step(k.Ingest(event=ev("1")))

@@ -204,8 +204,7 @@ def test_deliver_with_only_github_token_warns_that_pushes_will_not_start(runner:
     assert ran.code == 0, ran.stdout + ran.stderr
     warnings = annotations(ran.stdout, "warning")
     assert any("GITHUB_TOKEN does not start 'push' workflows" in w for w in warnings)
-    assert any("not wired into the Action yet" in w for w in warnings)
-    assert ran.outputs["turns"] == "0"
+    assert ran.outputs == {"turns": "0", "cards": "0", "stage": ""}  # an issue: no delivery
     assert not r.card_comments(number)
 
 

@@ -299,8 +299,27 @@ def test_rebuild_check_finds_and_repairs_tampering(cli: Cli) -> None:
             json.dumps({"rules": [{"name": "r", "every": "61 * * * *", "agent": "silent"}]}),
             ['rule "r"', "every"],
         ),
+        (
+            json.dumps(
+                {
+                    "rules": [
+                        {
+                            "name": "r",
+                            "on": {"type": "x"},
+                            "agent": "silent",
+                            "allow": ["github.coment"],
+                        }
+                    ]
+                }
+            ),
+            ['rule "r"', "allow[0]", 'did you mean "github.comment"'],
+        ),
+        (
+            json.dumps({"rules": [{"name": "r", "on": {"source": "gihub"}, "agent": "silent"}]}),
+            ['rule "r"', "on.source", 'did you mean "github"'],
+        ),
     ],
-    ids=["bad-json", "unknown-field", "unknown-agent", "bad-cron"],
+    ids=["bad-json", "unknown-field", "unknown-agent", "bad-cron", "allow-typo", "source-typo"],
 )
 def test_broken_rules_exit_2_with_one_line_and_nothing_runs(
     cli: Cli, doc: str, needles: list[str]

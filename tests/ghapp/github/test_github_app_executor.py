@@ -19,6 +19,7 @@ from ghapp.github.executor import GitHubExecutor, find_marked
 from ghapp.github.retry import AmbiguousWrite, RateLimited
 from ghapp.runtime.settings import Settings
 from kernel.records import Action
+from kernel.rules import GITHUB_ACTIONS
 from plugins.protocols import ActionFailed
 
 _ids = iter(range(1, 10_000))
@@ -265,3 +266,10 @@ def test_an_agent_cannot_forge_our_markers(
     (made,) = gh.list_issue_comments(sandbox.repo, number)
     assert "<!-- autoloop:card=c1" not in made["body"]
     assert made["body"].count("<!-- autoloop:") == 1
+
+
+def test_the_rules_know_exactly_the_github_executors_verbs() -> None:
+    # rules.json refuses "github.<verb>" for a verb not in GITHUB_ACTIONS (a typo there
+    # was accepted silently): the two lists must stay the same
+    executor = GitHubExecutor(None, "x[bot]")  # type: ignore[arg-type]  # no call is made
+    assert sorted(executor._ops) == sorted(GITHUB_ACTIONS)

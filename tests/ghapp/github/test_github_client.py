@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import functools
 import json
+import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -173,6 +174,17 @@ def test_every_call_has_a_timeout(fake: FakeGitHub) -> None:
             "write": 7.0,
             "pool": 7.0,
         }
+
+
+def test_each_request_is_logged_once(fake: FakeGitHub, caplog: pytest.LogCaptureFixture) -> None:
+    # githubkit's client sends through the pool's own httpx client: both used to log it.
+    fake.on("GET", "/repos/acme/web/pulls/3", httpx.Response(200, json={}))
+    with caplog.at_level(logging.INFO, logger="httpx"):
+        client_for(fake).get_pull("acme/web", 3)
+    lines = [r.getMessage() for r in caplog.records if r.name == "httpx"]
+    assert len(fake.requests) == 3  # installation lookup, token, the read
+    assert len(lines) == 3, lines
+    assert len([line for line in lines if "/repos/acme/web/pulls/3" in line]) == 1
 
 
 def test_a_get_answered_502_is_retried_then_succeeds(fake: FakeGitHub) -> None:

@@ -17,7 +17,7 @@ def test_a_full_disk_mid_transaction_raises_sqlite_full_and_the_store_recovers(
 ) -> None:
     store = SqliteStore(f"sqlite:///{tmp_path / 'l.db'}")
     try:
-        with store.read() as tx:
+        with store.write() as tx:  # the writer's connection is the one that grows the file
             tx.cur.execute("PRAGMA page_count")
             (pages,) = tx.cur.fetchone()
             tx.cur.execute(f"PRAGMA max_page_count={pages}")  # no room to grow
@@ -27,7 +27,7 @@ def test_a_full_disk_mid_transaction_raises_sqlite_full_and_the_store_recovers(
                     "INSERT INTO ledger_info (k, v) VALUES (?, randomblob(3000))", (f"k{n}",)
                 )
         assert str(caught.value) == "database or disk is full"
-        with store.read() as tx:
+        with store.write() as tx:
             tx.cur.execute("PRAGMA max_page_count=1000000")  # space again
         with store.write() as tx:
             tx.cur.execute("INSERT INTO ledger_info (k, v) VALUES ('after', 'x')")

@@ -1,0 +1,360 @@
+"""``autoloop serve`` as a user runs it: a process, its log on stderr, the sandbox GitHub.
+
+What a first hour with the server meets: rules edited while it runs, a wrong App id, a
+wrong webhook secret, a bad port, a missing home. Each case is one clear line where the
+user looks (the log, or stderr and the exit code), never a traceback or a silent drop.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from fakegithub.server import SandboxHandle, running_sandbox
+from ghapp.commands.home import init_home
+from ghapp.github import retry
+from tests import paths
+from tests.e2e.test_github_app_sandbox import CARD_MARK, rules, settings_env
+from tests.servers import free_port
+
+ROOT = paths.ROOT
+
+
+class Serve:
+    """One ``autoloop serve`` process on a free port; its stdout and stderr in one file."""
+
+    def __init__(self, home: Path, env: dict[str, str], log: Path) -> None:
+        self.home = home
+        self.log = log
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("AUTOLOOP_")},
+            "AUTOLOOP_HOME": str(home),
+            "AUTOLOOP_LOG_LEVEL": "INFO",
+            "PYTHONPATH": str(ROOT),
+            **env,
+        }
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, *args: str) -> None:
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "ghapp.commands.cli",
+                    "serve",
+                    "--port",
+                    str(self.port),
+                    *args,
+                ],
+                cwd=ROOT,
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, f"serve exited: {self.text()}"
+            try:
+                if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+        raise AssertionError(f"serve did not start: {self.text()}")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+
+    def text(self) -> str:
+        return self.log.read_text() if self.log.exists() else ""
+
+    def lines(self, needle: str) -> list[str]:
+        return [line for line in self.text().splitlines() if needle in line]
+
+
+@contextmanager
+def sandbox() -> Iterator[SandboxHandle]:
+    retry.set_testing(True)
+    try:
+        with running_sandbox() as gh:
+            gh.world.set_collaborator("maintainer", "maintain")
+            yield gh
+    finally:
+        retry.set_testing(False)
+
+
+@contextmanager
+def serving(gh: SandboxHandle, tmp_path: Path, doc: dict[str, Any]) -> Iterator[Serve]:
+    home = tmp_path / "home"
+    init_home(home, rules_text=json.dumps(doc))
+    server = Serve(home, settings_env(gh), tmp_path / "serve.log")
+    server.start()
+    gh.world.set_app_url(server.url + "/github/webhook")
+    try:
+        yield server
+    finally:
+        gh.world.set_app_url(None)
+        server.stop()
+
+
+def wait_for(what: str, check: Any, within_s: float = 30.0, *, log: Serve | None = None) -> Any:
+    deadline = time.monotonic() + within_s
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            tail = f"\n--- serve's log:\n{log.text()[-3000:]}" if log else ""
+            raise AssertionError(f"timed out waiting for {what}{tail}")
+        time.sleep(0.1)
+
+
+def card_comments(gh: SandboxHandle, number: int) -> list[str]:
+    comments = gh.sandbox.state.repos[gh.repo].comments.values()
+    return [c.body for c in comments if c.number == number and CARD_MARK in c.body]
+
+
+def edit_rules(home: Path, doc: dict[str, Any]) -> None:
+    path = home / "rules.json"
+    before = path.stat().st_mtime_ns
+    path.write_text(json.dumps(doc, indent=1))
+    if path.stat().st_mtime_ns == before:  # a coarse clock: the edit must be seen
+        os.utime(path, ns=(before + 1_000_000, before + 1_000_000))
+
+
+# ------------------------------------------------------------------ rules edited live
+
+
+@pytest.mark.parametrize("edit", ["renamed", "added"])
+def test_a_github_comment_channel_edited_in_while_serving_posts_the_card(
+    tmp_path: Path, edit: str
+) -> None:
+    first = rules()
+    if edit == "added":  # no channel at first: the rule notifies nobody
+        first["channels"] = {}
+        first["rules"][0]["notify"] = []
+    with sandbox() as gh, serving(gh, tmp_path, first) as server:
+        changed = rules()
+        changed["channels"] = {"issues": {"use": "github-comment"}}
+        changed["rules"][0]["notify"] = ["issues"]
+        edit_rules(server.home, changed)
+        number = gh.world.open_issue("reader", "Crash on start")
+        wait_for("the card's comment", lambda: card_comments(gh, number), log=server)
+        (body,) = card_comments(gh, number)
+        assert "How should this issue be triaged?" in body
+        assert "/cards/" not in body  # the new channel has no "links": true
+    assert "Traceback" not in server.text()
+
+
+# ------------------------------------------------------------------ refused at start
+
+
+def serve_once(env: dict[str, str], *args: str, home: Path | None = None) -> Any:
+    """``autoloop serve`` expected to refuse to start: its CompletedProcess."""
+    full = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("AUTOLOOP_")},
+        "PYTHONPATH": str(ROOT),
+        "AUTOLOOP_LOG_LEVEL": "WARNING",  # the request log of GET /app aside
+        **({"AUTOLOOP_HOME": str(home)} if home is not None else {}),
+        **env,
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "ghapp.commands.cli", "serve", *args],
+        cwd=ROOT,
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def one_line(proc: Any) -> str:
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    return str(lines[0])
+
+
+def test_a_wrong_app_id_is_one_line_naming_the_setting(tmp_path: Path) -> None:
+    init_home(tmp_path / "home")
+    with sandbox() as gh:
+        env = {**settings_env(gh), "AUTOLOOP_GITHUB_APP_ID": str(gh.app_id + 4242)}
+        line = one_line(serve_once(env, "--port", str(free_port()), home=tmp_path / "home"))
+    assert "GET /app: 401" in line
+    assert "AUTOLOOP_GITHUB_APP_ID" in line and str(gh.app_id + 4242) in line
+    assert "listening" not in line
+
+
+def test_a_wrong_api_url_is_one_line_naming_the_setting(tmp_path: Path) -> None:
+    init_home(tmp_path / "home")
+    with sandbox() as gh:
+        env = {**settings_env(gh), "AUTOLOOP_GITHUB_URL": gh.api_url + "/nothing-here"}
+        line = one_line(serve_once(env, "--port", str(free_port()), home=tmp_path / "home"))
+    assert "404" in line and "AUTOLOOP_GITHUB_URL" in line
+
+
+@pytest.mark.parametrize("port", ["99999", "-1"])
+def test_a_port_out_of_range_is_one_line_and_exit_2(tmp_path: Path, port: str) -> None:
+    init_home(tmp_path / "home")
+    line = one_line(serve_once({}, "--port", port, home=tmp_path / "home"))
+    assert f"--port {port}" in line and "1 to 65535" in line
+
+
+def test_a_port_in_use_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    import socket
+
+    init_home(tmp_path / "home")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        line = one_line(serve_once({}, "--port", str(port), home=tmp_path / "home"))
+    assert f"cannot listen on 127.0.0.1:{port}" in line
+
+
+@pytest.mark.parametrize("how", ["unset", "mistyped"])
+def test_serve_without_a_home_refuses_before_making_one(tmp_path: Path, how: str) -> None:
+    user = tmp_path / "user"
+    user.mkdir()
+    env = {"HOME": str(user)}
+    if how == "mistyped":
+        env["AUTOLOOP_HOME"] = str(tmp_path / "hmoe")
+    line = one_line(serve_once(env, "--port", str(free_port())))
+    assert "no Autoloop home here" in line and "autoloop init" in line
+    assert list(user.iterdir()) == []  # no ~/.autoloop/ledger.db made before refusing
+    assert not (tmp_path / "hmoe").exists()
+
+
+# ------------------------------------------------------------------ webhooks in the log
+
+SECRET = "it-is-the-right-secret"
+
+
+def post_webhook(url: str, secret: str, delivery: str, event: str = "ping") -> int:
+    body = json.dumps({"zen": "Keep it logically awesome.", "hook_id": 1}).encode()
+    sig = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    headers = {
+        "X-GitHub-Event": event,
+        "X-GitHub-Delivery": delivery,
+        "X-Hub-Signature-256": sig,
+        "Content-Type": "application/json",
+    }
+    return httpx.post(url + "/github/webhook", content=body, headers=headers).status_code
+
+
+@pytest.fixture
+def webhooks_only(tmp_path: Path) -> Iterator[Serve]:
+    """``autoloop serve`` with a webhook secret only (no App): it verifies and records."""
+    home = tmp_path / "home"
+    init_home(home)
+    server = Serve(home, {"AUTOLOOP_GITHUB_WEBHOOK_SECRET": SECRET}, tmp_path / "serve.log")
+    yield server
+    server.stop()
+
+
+def test_each_webhook_is_one_info_line_with_event_delivery_status_and_ms(
+    webhooks_only: Serve,
+) -> None:
+    server = webhooks_only
+    server.start()
+    assert post_webhook(server.url, SECRET, "d-good-1") == 200
+    assert post_webhook(server.url, SECRET, "d-good-1") == 200  # a redelivery
+    server.stop()
+    lines = server.lines("d-good-1")
+    assert len(lines) == 2, server.text()
+    for line in lines:
+        assert " INFO autoloop.webhook: webhook ping delivery d-good-1: 200 in " in line
+        assert line.endswith(" ms")
+
+
+def test_a_wrong_webhook_secret_is_401_and_one_warning_a_minute_saying_so(
+    webhooks_only: Serve,
+) -> None:
+    server = webhooks_only
+    server.start()
+    codes = [post_webhook(server.url, "the-wrong-secret", f"d-bad-{i}") for i in range(3)]
+    assert codes == [401, 401, 401]
+    server.stop()
+    warnings = server.lines("WARNING")
+    assert len(warnings) == 1, server.text()
+    assert "delivery d-bad-0: 401" in warnings[0]
+    assert "does not match AUTOLOOP_GITHUB_WEBHOOK_SECRET" in warnings[0]
+    for i in (1, 2):  # the others of that minute: one plain line each
+        (line,) = server.lines(f"d-bad-{i}")
+        assert " INFO " in line and ": 401 in " in line
+
+
+def test_json_logs_carry_the_webhook_fields(webhooks_only: Serve) -> None:
+    server = webhooks_only
+    server.env["AUTOLOOP_LOG_FORMAT"] = "json"
+    server.start()
+    assert post_webhook(server.url, SECRET, "d-json-1", event="issues") == 200
+    server.stop()
+    (line,) = server.lines("d-json-1")
+    doc = json.loads(line)
+    assert doc["logger"] == "autoloop.webhook" and doc["level"] == "INFO"
+    assert (doc["event"], doc["delivery"], doc["status"]) == ("issues", "d-json-1", 200)
+    assert isinstance(doc["ms"], float)
+
+
+def test_a_bad_log_format_is_one_line(tmp_path: Path) -> None:
+    init_home(tmp_path / "home")
+    env = {"AUTOLOOP_LOG_FORMAT": "yaml", "AUTOLOOP_GITHUB_WEBHOOK_SECRET": SECRET}
+    line = one_line(serve_once(env, "--port", str(free_port()), home=tmp_path / "home"))
+    assert "AUTOLOOP_LOG_FORMAT" in line and "json" in line
+
+
+# ------------------------------------------------------------------ an agent that is missing
+
+
+def test_a_missing_agent_is_tried_once_and_its_details_stay_off_the_issue(
+    tmp_path: Path,
+) -> None:
+    doc = rules()
+    doc["agents"] = {"demo": {"use": "command", "command": ["no-such-agent-here", "{prompt}"]}}
+    with sandbox() as gh, serving(gh, tmp_path, doc) as server:
+        number = gh.world.open_issue("reader", "Crash on start")
+        wait_for("the card's comment", lambda: card_comments(gh, number), log=server)
+        time.sleep(1.0)  # a retry would come at once: give it the time to show
+        (body,) = card_comments(gh, number)
+    assert "Autoloop could not finish its work here." in body
+    for private in ("no-such-agent-here", "autoloop why", "rules.json", "No such file"):
+        assert private not in body, body
+    status = subprocess.run(
+        [sys.executable, "-m", "ghapp.commands.cli", "status", "--json"],
+        cwd=ROOT,
+        env=server.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    data = json.loads(status.stdout)
+    assert [t["state"] for t in data["turns"]] == ["failed"]  # tried once, not three times
+    (card,) = data["cards"]
+    assert card["title"] == "Agent 'demo' could not start"
+    assert "no-such-agent-here" in card["text"]  # the details stay local

@@ -1,0 +1,524 @@
+"""``autoloop action`` in modes ``deliver`` and ``auto``, run as a runner runs it.
+
+Each run is a subprocess with the environment a workflow step gets (event name, an
+event file built from GitHub's own example payloads, output and summary files,
+``GITHUB_TOKEN`` for the sandbox), against the sandbox GitHub on loopback
+(:mod:`tests.action_runner`). No webhook reaches the runs: as on GitHub, each event
+starts a new job, and a job ends as soon as its delivery waits on the world.
+
+One delivery crosses several workflow runs: ``pull_request`` labelled ``deliver``, then
+``check_suite`` completed, then ``deployment_status`` success, then (the live version
+wants two answers in a row) a scheduled run. It is done once with a home that outlives
+the jobs (a self-hosted runner) and once with a fresh home on every run (a hosted runner
+without a database), where each run rebuilds the delivery from its own check run and
+sticky comment on the pull request.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fakegithub.server import SandboxHandle
+from ghapp.github import retry
+from ghapp.github.carried import decode_state
+from tests.action_runner import BOT, Ran, Runner, annotations, sandbox_runner
+
+CHECK = "autoloop/deliver"
+MARK = "<!-- autoloop:deliver="
+
+
+@pytest.fixture
+def runner(tmp_path: Path) -> Iterator[Runner]:
+    retry.set_testing(True)
+    try:
+        with sandbox_runner(tmp_path) as made:
+            yield made
+    finally:
+        retry.set_testing(False)
+
+
+def policy(gh: SandboxHandle, *, matches: int = 2) -> str:
+    live = f"{gh.api_url}/_sandbox/live/{gh.repo}"
+    return (
+        '[deliver]\nmerge_method = "squash"\nrequired_checks = ["ci"]\n'
+        f'\n[deliver.deploy]\nenvironment = "production"\ntimeout = "30m"\n'
+        f'version_url = "{live}"\nmatches = {matches}\n'
+    )
+
+
+def prepare(r: Runner, *, matches: int = 2) -> tuple[int, str]:
+    """The policy on main, ``ci`` required, deploys of main that take a while, and a pull
+    request from a contributor; CI has not reported on it yet."""
+    world = r.gh.world
+    world.push("maintainer", "main", {".github/autoloop.toml": policy(r.gh, matches=matches)})
+    world.set_protection("main", contexts=["ci"])
+    world.set_deploy(delay=1.5)
+    number = world.open_pr("contributor", "feature", "Add the feature", {"feature.py": "x = 1\n"})
+    assert world.settle()
+    return number, r.gh.sandbox.state.repos[r.gh.repo].branches["feature"]
+
+
+def ci_passes(r: Runner, head: str) -> None:
+    r.gh.world.set_ci({"ci": "success"})
+    r.gh.world.run_ci(head)
+    assert r.gh.world.settle()
+
+
+def merges(r: Runner, actor: str = BOT) -> int:
+    entries = r.gh.world.audit.entries(method="PUT")
+    return len([e for e in entries if e.path.endswith("/merge") and e.actor == actor])
+
+
+def sticky(r: Runner, number: int) -> list[dict[str, Any]]:
+    return [c for c in r.comments(number) if MARK in c["body"]]
+
+
+def own_runs(r: Runner, head: str) -> list[tuple[str, str | None]]:
+    runs = r.gh.sandbox.state.repos[r.gh.repo].check_runs.values()
+    return [(x.status, x.conclusion) for x in runs if x.head_sha == head and x.name == CHECK]
+
+
+def stage_shown(r: Runner, number: int) -> str:
+    (comment,) = sticky(r, number)
+    state = decode_state(comment["body"])
+    assert state is not None
+    return str(state["stage"])
+
+
+def ok(ran: Ran) -> Ran:
+    assert ran.code == 0, ran.stdout + ran.stderr
+    assert not annotations(ran.stdout, "error"), ran.stdout
+    assert "Traceback" not in ran.stdout + ran.stderr
+    return ran
+
+
+def later(minutes: int) -> str:
+    return (datetime.now(UTC) + timedelta(minutes=minutes)).isoformat(timespec="seconds")
+
+
+# --------------------------------------------------------------------------- the sequence
+
+
+def deliver_across_runs(r: Runner, *, fresh: bool) -> tuple[int, str, list[Ran]]:
+    """labelled, check suite completed, deployment status, the clock: four runs."""
+    number, head = prepare(r)
+    r.gh.world.add_label("maintainer", number, "deliver")
+    homes = iter(range(1, 10))
+
+    def run(event: str, payload: dict[str, Any], run_id: int, **extra: str) -> Ran:
+        home = str(r.tmp / f"home-{next(homes)}") if fresh else str(r.home)
+        started = time.monotonic()
+        ran = r.run(
+            event, payload, run_id=run_id, AUTOLOOP_MODE="deliver", AUTOLOOP_HOME=home, **extra
+        )
+        # Nothing waits in the job: each run ends as soon as its delivery waits.
+        assert time.monotonic() - started < 30
+        return ok(ran)
+
+    labelled = run("pull_request", r.pull_labeled(number, "deliver", "maintainer"), 8001)
+    assert labelled.outputs == {"turns": "0", "cards": "0", "stage": "checks"}
+    assert own_runs(r, head) == [("in_progress", None)]
+    assert stage_shown(r, number) == "checks"
+    assert merges(r) == 0
+
+    ci_passes(r, head)
+    checked = run("check_suite", r.check_suite_completed(number), 8002)
+    assert checked.outputs == {"turns": "0", "cards": "0", "stage": "deployment"}
+    assert merges(r) == 1
+    assert r.reader.get_pull(r.gh.repo, number)["merged"] is True
+
+    assert r.gh.world.settle()  # the deployment of the merge commit succeeds
+    deployed = run("deployment_status", r.deployment_status(), 8003)
+    assert deployed.outputs == {"turns": "0", "cards": "0", "stage": "live_version"}
+
+    # The live version answered once; the second probe is due in 15 s. The clock's run
+    # (a scheduled workflow) a minute later takes it.
+    ticked = run("schedule", r.schedule(), 8004, AUTOLOOP_CLOCK=later(1))
+    assert ticked.outputs == {"turns": "0", "cards": "0", "stage": "delivered"}
+    return number, head, [labelled, checked, deployed, ticked]
+
+
+def assert_delivered_once(r: Runner, number: int, head: str) -> None:
+    assert merges(r) == 1
+    assert own_runs(r, head) == [("completed", "success")]
+    (comment,) = sticky(r, number)
+    assert comment["user"]["login"] == BOT
+    assert "**Delivered" in comment["body"]
+    state = decode_state(comment["body"])
+    assert state is not None and state["stage"] == "delivered"
+    stages = [h["stage"] for h in state["history"]]
+    assert stages == [
+        "review",
+        "ready",
+        "checks",
+        "merge",
+        "deployment",
+        "live_version",
+        "delivered",
+    ]
+
+
+def test_a_delivery_crosses_four_workflow_runs_with_a_home_that_outlives_them(
+    runner: Runner,
+) -> None:
+    r = runner
+    number, head, runs = deliver_across_runs(r, fresh=False)
+    assert_delivered_once(r, number, head)
+    labelled, checked, deployed, ticked = runs
+
+    # The summary tables each run's delivery, linked to its sticky comment.
+    (comment,) = sticky(r, number)
+    link = f"/sandbox/demo/issues/{number}#issuecomment-{comment['id']})"
+    assert link in labelled.summary
+    assert "| started → `checks` | required checks ci |" in labelled.summary
+    assert "| `checks` → `deployment` | a successful deployment of" in checked.summary
+    assert "`github.merge:done`" in checked.summary
+    assert "| `deployment` → `live_version` |" in deployed.summary
+    assert "| `live_version` → `delivered` | - | - | - |" in ticked.summary
+    assert "Nothing waits in this job" in checked.summary
+    # GITHUB_TOKEN merged it, which starts no push workflow: every deliver run says so.
+    for ran in runs:
+        (warning,) = annotations(ran.stdout, "warning")
+        assert "GITHUB_TOKEN does not start 'push' workflows" in warning
+
+
+def test_a_fresh_home_on_every_run_rebuilds_from_the_pull_request_and_merges_once(
+    runner: Runner,
+) -> None:
+    r = runner
+    fault = r.gh.world.faults.add("response_lost", method="PUT", path="*/merge")
+    number, head, runs = deliver_across_runs(r, fresh=True)
+    assert_delivered_once(r, number, head)
+    assert fault.hits == 1  # the merge landed and its answer was lost: read back, not redone
+    labelled, checked, deployed, ticked = runs
+    assert "started at checks" in labelled.stdout
+    for ran in (checked, deployed, ticked):
+        assert "(state read from its comment)" in ran.stdout
+    assert "`github.merge:done`" in checked.summary
+
+
+def test_a_run_that_finds_nothing_new_writes_nothing(runner: Runner) -> None:
+    r = runner
+    number, head = prepare(r)
+    r.gh.world.add_label("maintainer", number, "deliver")
+    payload = r.pull_labeled(number, "deliver", "maintainer")
+    ok(r.run("pull_request", payload, run_id=8101, AUTOLOOP_MODE="deliver"))
+    before = len(r.writes())
+    # A re-run of the same run, and the clock's run in a fresh home: both read the same
+    # state back from the pull request and have nothing to change.
+    again = ok(r.run("pull_request", payload, run_id=8101, attempt=2, AUTOLOOP_MODE="deliver"))
+    assert again.outputs["stage"] == "checks"
+    tick = ok(
+        r.run(
+            "schedule",
+            r.schedule(),
+            run_id=8102,
+            AUTOLOOP_MODE="deliver",
+            AUTOLOOP_HOME=str(r.tmp / "elsewhere"),
+        )
+    )
+    assert "checks -> checks" in tick.stdout
+    assert len(r.writes()) == before
+    assert own_runs(r, head) == [("in_progress", None)]
+
+
+def test_a_run_that_died_before_showing_its_state_is_taken_over_by_the_next(
+    runner: Runner,
+) -> None:
+    """The merge happened, but neither the check run nor the comment took the new state
+    (their writes fail): the next run starts from the state before the merge, reads the
+    pull request merged, and goes on to the deployment without merging again."""
+    r = runner
+    number, head = prepare(r, matches=1)
+    r.gh.world.add_label("maintainer", number, "deliver")
+    home = {"AUTOLOOP_MODE": "deliver"}
+    ok(r.run("pull_request", r.pull_labeled(number, "deliver", "maintainer"), run_id=8201, **home))
+    ci_passes(r, head)
+    for path in ("*/check-runs/*", "*/issues/comments/*"):
+        r.gh.world.faults.add("error_502", method="PATCH", path=path, times=None)
+    broken = r.run("check_suite", r.check_suite_completed(number), run_id=8202, **home)
+    assert broken.code == 1
+    (error,) = annotations(broken.stdout, "error")
+    assert f"delivery sandbox/demo#{number}: GitHub:" in error
+    assert merges(r) == 1
+    assert stage_shown(r, number) == "checks"  # the state on the PR is the one before
+    r.gh.world.faults.clear()
+    assert r.gh.world.settle()
+    done = ok(
+        r.run(
+            "deployment_status",
+            r.deployment_status(),
+            run_id=8203,
+            AUTOLOOP_HOME=str(r.tmp / "fresh"),
+            **home,
+        )
+    )
+    assert done.outputs["stage"] == "delivered"
+    assert merges(r) == 1
+    assert stage_shown(r, number) == "delivered"
+
+
+def test_the_check_run_carries_the_state_when_the_comment_did_not_take_it(
+    runner: Runner,
+) -> None:
+    r = runner
+    number, head = prepare(r, matches=1)
+    r.gh.world.add_label("maintainer", number, "deliver")
+    home = {"AUTOLOOP_MODE": "deliver"}
+    ok(r.run("pull_request", r.pull_labeled(number, "deliver", "maintainer"), run_id=8301, **home))
+    ci_passes(r, head)
+    r.gh.world.faults.add("error_502", method="PATCH", path="*/issues/comments/*", times=None)
+    assert r.run("check_suite", r.check_suite_completed(number), run_id=8302, **home).code == 1
+    assert stage_shown(r, number) == "checks"
+    r.gh.world.faults.clear()
+    assert r.gh.world.settle()
+    done = ok(
+        r.run(
+            "deployment_status",
+            r.deployment_status(),
+            run_id=8303,
+            AUTOLOOP_HOME=str(r.tmp / "fresh"),
+            **home,
+        )
+    )
+    assert "deployment -> delivered (state read from its check run)" in done.stdout
+    assert merges(r) == 1
+    assert stage_shown(r, number) == "delivered"
+
+
+def test_a_delivery_that_ended_starts_again_only_on_a_new_label(runner: Runner) -> None:
+    r = runner
+    number, head = prepare(r)
+    r.gh.world.add_label("maintainer", number, "deliver")
+    labelled = r.pull_labeled(number, "deliver", "maintainer")
+    ok(r.run("pull_request", labelled, run_id=8151, AUTOLOOP_MODE="deliver"))
+    r.gh.world.remove_label("maintainer", number, "deliver")
+    unlabelled = r.pull_labeled(number, "deliver", "maintainer", action="unlabeled")
+    cancelled = ok(r.run("pull_request", unlabelled, run_id=8152, AUTOLOOP_MODE="deliver"))
+    assert cancelled.outputs["stage"] == "cancelled"
+    assert own_runs(r, head) == [("completed", "neutral")]
+
+    # Someone re-runs the first run in a fresh home, with the label back on: its event is
+    # older than the end of the delivery, so nothing starts again.
+    r.gh.world.add_label("maintainer", number, "deliver")
+    before = len(r.writes())
+    fresh = str(r.tmp / "rerun")
+    rerun = ok(
+        r.run(
+            "pull_request",
+            labelled,
+            run_id=8151,
+            attempt=2,
+            AUTOLOOP_MODE="deliver",
+            AUTOLOOP_HOME=fresh,
+        )
+    )
+    assert rerun.outputs["stage"] == "cancelled"  # where its delivery is, unmoved
+    assert len(r.writes()) == before
+
+    # The new label event starts run 2 of the delivery; its progress is shown (its seq
+    # goes on from the one the pull request shows).
+    again = r.pull_labeled(number, "deliver", "maintainer")
+    restarted = ok(r.run("pull_request", again, run_id=8153, AUTOLOOP_MODE="deliver"))
+    assert restarted.outputs["stage"] == "checks", restarted.stdout
+    (comment,) = sticky(r, number)
+    state = decode_state(comment["body"])
+    assert state is not None and (state["run"], state["stage"]) == (2, "checks")
+    assert own_runs(r, head) == [("in_progress", None)]
+    assert merges(r) == 0
+
+
+# --------------------------------------------------------------------------- cards
+
+
+def test_a_failed_deployment_is_a_card_answered_on_the_pull_request(runner: Runner) -> None:
+    r = runner
+    number, head = prepare(r, matches=1)
+    r.gh.world.set_deploy(delay=0.2, result="failure")
+    r.gh.world.add_label("maintainer", number, "deliver")
+    home = {"AUTOLOOP_MODE": "deliver"}
+    ok(r.run("pull_request", r.pull_labeled(number, "deliver", "maintainer"), run_id=8401, **home))
+    ci_passes(r, head)
+    ok(r.run("check_suite", r.check_suite_completed(number), run_id=8402, **home))
+    assert r.gh.world.settle()
+    blocked = ok(r.run("deployment_status", r.deployment_status(), run_id=8403, **home))
+    assert blocked.outputs == {"turns": "0", "cards": "1", "stage": "blocked"}
+    assert "`d1` (`/answer d1 N` on the pull request)" in blocked.summary
+    (comment,) = sticky(r, number)
+    assert "`/answer d1 2` to stop watching (the merge stays)" in comment["body"]
+
+    # A reader's answer is refused with one reply; a maintainer's is taken, each by the
+    # run its comment starts, in a home of its own.
+    for login, run_id in (("reader", 8404), ("maintainer", 8405)):
+        said = r.gh.world.comment(login, number, "/answer d1 2")
+        payload = r.comment_created(number, said)
+        payload["issue"]["pull_request"] = {"url": f"{r.gh.api_url}/pulls/{number}"}
+        answered = ok(
+            r.run("issue_comment", payload, run_id=run_id, AUTOLOOP_HOME=str(r.tmp / login), **home)
+        )
+    assert answered.outputs["stage"] == "cancelled"
+    assert "/answer d1 2 by maintainer" in answered.stdout
+    replies = [c for c in r.comments(number) if "was not taken" in c["body"]]
+    assert len(replies) == 1 and "@reader" in replies[0]["body"]
+    assert "only people with write access" in replies[0]["body"]
+    assert merges(r) == 1  # the merge stays; nothing is merged again
+    assert stage_shown(r, number) == "cancelled"
+
+
+# --------------------------------------------------------------------------- tokens
+
+
+MINIMAL = {
+    "contents": "write",  # the merge
+    "pull_requests": "write",  # the sticky comment, a review, ready for review
+    "checks": "write",  # the autoloop/deliver check run
+    "statuses": "read",
+    "deployments": "read",
+    "metadata": "read",  # GitHub grants it to every workflow token
+}
+
+
+def test_the_documented_minimal_permissions_of_a_token_are_enough(runner: Runner) -> None:
+    r = runner
+    number, head = prepare(r, matches=1)
+    r.gh.world.add_label("maintainer", number, "deliver")
+    token = r.gh.world.actions_token(permissions=MINIMAL)
+    home = {"AUTOLOOP_MODE": "deliver", "GITHUB_TOKEN": token}
+    ok(r.run("pull_request", r.pull_labeled(number, "deliver", "maintainer"), run_id=8501, **home))
+    ci_passes(r, head)
+    ok(r.run("check_suite", r.check_suite_completed(number), run_id=8502, **home))
+    assert r.gh.world.settle()
+    done = ok(r.run("deployment_status", r.deployment_status(), run_id=8503, **home))
+    assert done.outputs["stage"] == "delivered"
+
+
+def test_without_checks_write_the_run_fails_with_what_to_give(runner: Runner) -> None:
+    r = runner
+    number, _ = prepare(r)
+    r.gh.world.add_label("maintainer", number, "deliver")
+    token = r.gh.world.actions_token(permissions={**MINIMAL, "checks": "read"})
+    ran = r.run(
+        "pull_request",
+        r.pull_labeled(number, "deliver", "maintainer"),
+        run_id=8601,
+        AUTOLOOP_MODE="deliver",
+        GITHUB_TOKEN=token,
+    )
+    assert ran.code == 1
+    (error,) = annotations(ran.stdout, "error")
+    assert "checks: write" in error and "Traceback" not in ran.stdout + ran.stderr
+
+
+def test_with_an_app_the_merge_is_the_apps_and_no_warning_is_given(runner: Runner) -> None:
+    r = runner
+    number, head = prepare(r, matches=1)
+    r.gh.world.add_label("maintainer", number, "deliver")
+    app = {
+        "AUTOLOOP_MODE": "auto",
+        "GITHUB_TOKEN": "",
+        "AUTOLOOP_GITHUB_APP_ID": str(r.gh.app_id),
+        "AUTOLOOP_GITHUB_PRIVATE_KEY": r.gh.private_key_pem,
+        "AUTOLOOP_HOME": str(r.tmp / "app-home"),
+    }
+    first = ok(
+        r.run("pull_request", r.pull_labeled(number, "deliver", "maintainer"), run_id=8701, **app)
+    )
+    assert not annotations(first.stdout, "warning")
+    ci_passes(r, head)
+    ok(r.run("check_suite", r.check_suite_completed(number), run_id=8702, **app))
+    assert merges(r, actor="autoloop-sandbox[bot]") == 1 and merges(r) == 0
+    assert r.gh.world.settle()
+    done = ok(r.run("deployment_status", r.deployment_status(), run_id=8703, **app))
+    assert done.outputs["stage"] == "delivered"
+    (comment,) = sticky(r, number)
+    assert comment["user"]["login"] == "autoloop-sandbox[bot]"
+
+
+def test_a_fork_pull_request_with_a_read_only_token_is_told_not_failed(runner: Runner) -> None:
+    r = runner
+    number, _ = prepare(r)
+    r.gh.world.add_label("maintainer", number, "deliver")
+    payload = r.pull_labeled(number, "deliver", "maintainer")
+    payload["pull_request"]["head"]["repo"] = {
+        **payload["pull_request"]["head"]["repo"],
+        "full_name": "contributor/demo",
+    }
+    token = r.gh.world.actions_token(permissions={"contents": "read", "metadata": "read"})
+    before = len(r.gh.world.audit.entries())
+    ran = ok(
+        r.run("pull_request", payload, run_id=8801, AUTOLOOP_MODE="deliver", GITHUB_TOKEN=token)
+    )
+    (warning,) = annotations(ran.stdout, "warning")
+    assert "a pull request from a fork gets a read-only token" in warning
+    assert "run on pull\\_request\\_target to act on it" in ran.summary
+    assert ran.outputs == {"turns": "0", "cards": "0", "stage": ""}
+    assert len(r.gh.world.audit.entries()) == before
+
+
+def test_the_summary_names_the_card_of_a_triage_and_the_stage_of_a_delivery_in_auto(
+    runner: Runner,
+) -> None:
+    """mode auto: an issue is triaged (a card), a labelled pull request is delivered."""
+    r = runner
+    number, _ = prepare(r)
+    r.gh.world.add_label("maintainer", number, "deliver")
+    ran = ok(
+        r.run(
+            "pull_request",
+            r.pull_labeled(number, "deliver", "maintainer"),
+            run_id=8901,
+            AUTOLOOP_MODE="auto",
+        )
+    )
+    assert ran.outputs["stage"] == "checks"
+    issue = r.gh.world.open_issue("reader", "Crash", body="It crashes.")
+    triaged = ok(r.run("issues", r.issue_opened(issue), run_id=8902, AUTOLOOP_MODE="auto"))
+    assert triaged.outputs == {"turns": "1", "cards": "1", "stage": ""}
+    assert not re.search(r"\| delivery \|", triaged.summary)
+
+
+def test_a_review_agent_runs_in_the_job_and_reviews_each_head_once(runner: Runner) -> None:
+    """``review = "agent:demo"`` with ``deliver-review``: the agent reviews the PR's data
+    files in the job, and its findings are one review by the token's bot."""
+    r = runner
+    world = r.gh.world
+    world.push(
+        "maintainer", "main", {".github/autoloop.toml": '[deliver]\nreview = "agent:demo"\n'}
+    )
+    number = world.open_pr("contributor", "feature", "Add it", {"feature.py": "x = 1\n"})
+    head = r.gh.sandbox.state.repos[r.gh.repo].branches["feature"]
+    world.add_label("maintainer", number, "deliver-review")
+    payload = r.pull_labeled(number, "deliver-review", "maintainer")
+    fresh = {"AUTOLOOP_MODE": "deliver", "AUTOLOOP_HOME": str(r.tmp / "review-1")}
+    reviewed = ok(r.run("pull_request", payload, run_id=9001, **fresh))
+    assert reviewed.outputs["stage"] == "reviewed"
+    assert "`github.review:done`" in reviewed.summary
+    reviews = [
+        (x.state, x.commit_id)
+        for x in r.gh.sandbox.state.repos[r.gh.repo].reviews.values()
+        if x.number == number and x.user == BOT
+    ]
+    assert reviews == [("COMMENTED", head)]
+    assert own_runs(r, head) == [("completed", "success")]
+    # The clock's run, in another fresh home, finds the head reviewed: nothing to do.
+    before = len(r.writes())
+    fresh["AUTOLOOP_HOME"] = str(r.tmp / "review-2")
+    ok(r.run("schedule", r.schedule(), run_id=9002, **fresh))
+    assert len(r.writes()) == before
+
+
+def test_an_issue_in_mode_auto_reads_nothing_for_the_delivery(runner: Runner) -> None:
+    """The delivery's policy is never read for an issue's event: a GitHub that cannot
+    serve it does not fail the triage."""
+    r = runner
+    r.gh.world.faults.add("error_502", method="GET", path="*/contents/*", times=None)
+    issue = r.gh.world.open_issue("reader", "Crash", body="It crashes.")
+    ran = ok(r.run("issues", r.issue_opened(issue), run_id=9101, AUTOLOOP_MODE="auto"))
+    assert ran.outputs == {"turns": "1", "cards": "1", "stage": ""}

@@ -1,0 +1,239 @@
+"""The command line as a new user meets it: help, mistakes, pipes, a home that is not there.
+
+Every test runs the real ``autoloop`` program in a subprocess (a pseudo-terminal where
+the terminal's output is the point) against a real SQLite ledger.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pty
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ghapp.commands import cli as cli_module
+from ghapp.commands import serve, work
+from tests.ghapp.commands.test_cli import ROOT, Cli, one_rule
+
+
+def starter(tmp_path: Path) -> Cli:
+    """A home made by ``autoloop init`` (the demo rule), one card asked and waiting."""
+    c = Cli(tmp_path / "home")
+    c.run("init")
+    c.run("emit", "local", "hello.world", "demo", "--id", "1")
+    return c
+
+
+def test_drain_prints_each_card_once(tmp_path: Path) -> None:
+    c = starter(tmp_path)
+    out = c.run("drain")
+    both = out.stdout + out.stderr
+    assert both.count("[c1] Pick a colour") == 1, both
+    assert "answer with: autoloop answer c1 N" in out.stdout
+
+
+def test_status_lists_recent_turns_matters_open_cards_and_timers(tmp_path: Path) -> None:
+    c = starter(tmp_path)
+    c.run("drain")
+    text = c.run("status").stdout
+    assert "recent turns (last 1; 'autoloop why TURN' tells one):" in text
+    header, row = text.split("tells one):\n")[1].splitlines()[:2]
+    assert header.split() == [
+        "turn",
+        "kind",
+        "rule",
+        "matter",
+        "state",
+        "outcome",
+        "started",
+        "ended",
+    ]
+    assert row.split()[:6] == ["t1", "normal", "hello", "hello", "done", "ok"]
+    assert "matters:" in text and "open cards (" in text
+    assert "c1    ask   Pick a colour" in text
+    assert "\x1b[" not in text and "┃" not in text  # plain when not a terminal
+
+
+def test_status_on_a_terminal_draws_tables(tmp_path: Path) -> None:
+    c = starter(tmp_path)
+    c.run("drain")
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ghapp.commands.cli", "status"],
+        cwd=ROOT,
+        env={**c.env(), "TERM": "xterm", "COLUMNS": "160"},
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+    )
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the program ended and closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    assert proc.wait(timeout=60) == 0
+    os.close(leader)
+    text = b"".join(chunks).decode()
+    assert "recent turns" in text and "Pick a colour" in text
+    assert "━" in text or "─" in text, text  # a rich table's rules
+
+
+def test_status_into_a_closed_pipe_is_quiet(tmp_path: Path) -> None:
+    c = starter(tmp_path)
+    for i in range(30):  # enough output that a write meets the closed pipe
+        c.run("emit", "local", "hello.world", f"s{i}", "--id", f"e{i}")
+    c.run("drain")
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # like `| head` that has already gone
+    proc = subprocess.run(
+        [sys.executable, "-m", "ghapp.commands.cli", "status"],
+        cwd=ROOT,
+        env=c.env(),
+        stdout=write_end,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    os.close(write_end)
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
+    assert proc.stderr == ""
+    assert proc.returncode == 0
+
+
+@pytest.mark.parametrize("how", ["unset", "mistyped"])
+@pytest.mark.parametrize("command", ["status", "cards", "drain"])
+def test_no_home_is_exit_2_with_a_hint_and_nothing_is_made(
+    tmp_path: Path, how: str, command: str
+) -> None:
+    user = tmp_path / "user"
+    user.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOLOOP_")}
+    env["HOME"] = str(user)
+    if how == "mistyped":
+        env["AUTOLOOP_HOME"] = str(tmp_path / "hoem")
+    proc = subprocess.run(
+        [sys.executable, "-m", "ghapp.commands.cli", command],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert "no Autoloop home here" in line and "run 'autoloop init'" in line
+    where = tmp_path / "hoem" if how == "mistyped" else user / ".autoloop"
+    assert line.startswith(f"autoloop: {where}:")
+    assert list(user.iterdir()) == [] and not (tmp_path / "hoem").exists()
+
+
+def test_a_bad_flag_prints_the_usage_of_its_subcommand(tmp_path: Path) -> None:
+    c = starter(tmp_path)
+    for command, *rest in (["status"], ["cards"], ["answer", "c1", "2"], ["drain"]):
+        proc = c.run(command, *rest, "--bogus", ok=None)
+        assert proc.returncode == 2
+        assert proc.stderr.startswith(f"usage: autoloop {command} "), proc.stderr
+        assert f"autoloop {command}: error: unrecognized arguments: --bogus" in proc.stderr
+
+
+def _options(parser: argparse.ArgumentParser, where: str) -> list[tuple[str, argparse.Action]]:
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                if child.add_help:  # the commands living elsewhere have their own parser
+                    found += _options(child, f"{where} {name}")
+        elif not isinstance(action, argparse._HelpAction | argparse._VersionAction):
+            found.append((where, action))
+    return found
+
+
+def test_every_option_and_argument_has_help() -> None:
+    parsers = {
+        "autoloop": cli_module.build_parser(),
+        "autoloop serve": serve.build_parser(),
+        "autoloop work": work.build_parser(),
+    }
+    missing = [
+        f"{where} {action.dest}"
+        for name, parser in parsers.items()
+        for where, action in _options(parser, name)
+        if not (action.help or "").strip()
+    ]
+    assert missing == []
+
+
+def test_init_answer_rebuild_and_dismiss_speak_json(tmp_path: Path) -> None:
+    c = Cli(tmp_path / "home")
+    made = c.json("init")
+    assert made["home"] == str(c.home)
+    assert sorted(Path(p).name for p in made["created"]) == ["master.key", "rules.json"]
+    c.run("emit", "local", "hello.world", "demo", "--id", "1")
+    c.run("drain")
+    answered = c.json("answer", "c1", "2")
+    assert answered == {"card": "c1", "choice": 2, "message": "card c1: green"}
+    c.run("drain")
+    notice = next(x for x in c.json("cards")["cards"] if x["kind"] == "notice")
+    assert c.json("cards", "dismiss", notice["id"]) == {
+        "card": notice["id"],
+        "state": "closed",
+        "message": f"card {notice['id']} dismissed by {os.environ.get('USER') or 'cli'}",
+    }
+    assert all(x["id"] != notice["id"] for x in c.json("cards")["cards"])
+    assert c.json("rebuild") == {"rows": c.json("rebuild")["rows"]}
+    assert c.json("rebuild", "--check") == {"equal": True, "differences": []}
+
+
+def test_dismissing_a_question_or_twice_is_refused_in_one_line(tmp_path: Path) -> None:
+    c = starter(tmp_path)
+    c.run("drain")
+    ask = c.run("cards", "dismiss", "c1", ok=None)
+    assert ask.returncode == 1
+    assert ask.stderr == "autoloop: card c1 is a question: answer it with 'autoloop answer c1 N'\n"
+    unknown = c.run("cards", "dismiss", "c42", ok=None)
+    assert unknown.returncode == 1 and "no card 'c42'" in unknown.stderr
+
+
+def test_a_missing_agent_program_is_one_turn_and_a_card_saying_so(tmp_path: Path) -> None:
+    c = Cli(tmp_path / "home")
+    c.home.mkdir(parents=True)
+    doc = {
+        "agents": {"gone": {"use": "command", "command": ["no-such-agent-program", "{prompt}"]}},
+        "rules": [one_rule("gone")],
+    }
+    (c.home / "rules.json").write_text(json.dumps(doc))
+    c.run("init")
+    c.run("emit", "local", "ping", "x", "--id", "e1")
+    c.run("drain")
+    status = c.json("status")
+    assert [(t["kind"], t["state"]) for t in status["turns"]] == [("normal", "failed")]
+    (card,) = status["cards"]
+    assert card["title"] == "Agent 'gone' could not start"
+    assert "no-such-agent-program" in card["text"]
+
+
+def test_a_github_comment_channel_without_the_app_is_said_once(tmp_path: Path) -> None:
+    c = Cli(tmp_path / "home")
+    c.run("init")
+    doc = json.loads((c.home / "rules.json").read_text())
+    doc["channels"]["gh"] = {"use": "github-comment"}
+    doc["rules"][0]["notify"] = ["console", "gh"]
+    (c.home / "rules.json").write_text(json.dumps(doc))
+    for i in range(2):
+        c.run("emit", "local", "hello.world", f"s{i}", "--id", f"e{i}")
+    out = c.run("drain")
+    told = [line for line in out.stderr.splitlines() if 'channel "gh"' in line]
+    assert len(told) == 1, out.stderr
+    assert "no GitHub App is connected here" in told[0] and "autoloop serve" in told[0]
