@@ -11,8 +11,10 @@ What the App needs comes from :mod:`ghapp.github.manifest`, as for ``autoloop ap
 create``. Nothing is created or changed: a missing ledger is reported, not made.
 
 Each row has a status: ``ok``, ``warn`` (works, but look), ``FAIL`` (a problem) or
-``skip`` (not checked, the row says why). Exit 0 without a problem, 1 with one, 2 on bad
-usage. ``--json`` prints ``{"ok": bool, "checks": [{"check", "status", "detail"}]}``.
+``skip`` (not checked, the row says why). The rows are a table (``rich`` on a terminal,
+plain aligned columns otherwise: see :mod:`ghapp.commands.show`). Exit 0 without a
+problem, 1 with one, 2 on bad usage. ``--json`` prints
+``{"ok": bool, "checks": [{"check", "status", "detail"}]}``.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ghapp.commands.home import CHANNEL_ADAPTERS, read_master_key
+from ghapp.commands.show import Out
 from ghapp.github.client import GitHubClient
 from ghapp.github.errors import GitHubError, NotFound, Unauthorized, Unreachable
 from ghapp.github.manifest import WEBHOOK_PATH, events_missing, permissions_missing
@@ -420,14 +423,6 @@ def run_checks(
     return rows
 
 
-def table(rows: list[Check]) -> str:
-    """The rows as plain aligned columns."""
-    width = max([len("CHECK"), *(len(r.check) for r in rows)])
-    lines = [f"{'CHECK':<{width}}  STATUS  DETAIL"]
-    lines += [f"{r.check:<{width}}  {r.status:<6}  {r.detail}" for r in rows]
-    return "\n".join(lines)
-
-
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(
         prog="autoloop doctor",
@@ -445,8 +440,13 @@ def main(argv: list[str]) -> int:
     if args.json:
         print(json.dumps({"ok": not problems, "checks": [asdict(r) for r in rows]}))
     else:
-        print(table(rows))
-        print(
+        out = Out()
+        out.table(
+            "autoloop doctor",
+            ["check", "status", "detail"],
+            [[r.check, r.status, r.detail] for r in rows],
+        )
+        out.line(
             f"{len(problems)} problem(s): fix the FAIL rows, then run 'autoloop doctor' again"
             if problems
             else "no problems found"
