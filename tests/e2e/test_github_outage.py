@@ -245,5 +245,5 @@ def test_credentials_github_refuses_at_start_are_one_line_and_exit_2(tmp_path: P
     lines = done.stderr.strip().splitlines()
     (line,) = [x for x in lines if x.startswith("autoloop serve:")]
     assert line == lines[-1]
-    assert "GitHub refused to say who the App is" in line
+    assert "GitHub refused the App's credentials" in line
     assert "AUTOLOOP_GITHUB_APP_ID" in line
