@@ -43,6 +43,18 @@ class App:
 
 
 @dataclass(slots=True)
+class ManifestCode:
+    """The code GitHub's "create an App from a manifest" page redirects back with: it is
+    exchanged once, within an hour, for the new App's credentials."""
+
+    code: str
+    app_id: int
+    private_key_pem: str
+    created_at: datetime
+    used: bool = False
+
+
+@dataclass(slots=True)
 class Installation:
     id: int
     app_id: int

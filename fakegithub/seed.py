@@ -59,13 +59,21 @@ class Seeded:
     ci_app: App
 
 
-def add_app(state: State, slug: str, name: str, *, webhook_secret: str, public_pem: bytes) -> App:
+def add_app(
+    state: State,
+    slug: str,
+    name: str,
+    *,
+    webhook_secret: str,
+    public_pem: bytes,
+    owner: str = ORG,
+) -> App:
     bot = state.add_user(f"{slug}[bot]", type_="Bot")
     found = App(
         id=state.new_id(),
         slug=slug,
         name=name,
-        owner=ORG,
+        owner=owner,
         public_key_pem=public_pem,
         webhook_secret=webhook_secret,
         bot=bot,

@@ -51,6 +51,7 @@ from fakegithub.routes import checks as routes_checks
 from fakegithub.routes import control as routes_control
 from fakegithub.routes import graphql as routes_graphql
 from fakegithub.routes import issues as routes_issues
+from fakegithub.routes import manifests as routes_manifests
 from fakegithub.routes import pulls as routes_pulls
 from fakegithub.routes import repos as routes_repos
 from fakegithub.routes import users as routes_users
@@ -69,6 +70,7 @@ def create_app(sandbox: Sandbox) -> Any:
         *routes_repos.ROUTES,
         *routes_users.ROUTES,
         *routes_graphql.ROUTES,
+        *routes_manifests.ROUTES,
         *routes_control.ROUTES,
     ]
     app = Starlette(routes=routes)

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fakegithub.errors import not_found
-from fakegithub.model import App, Installation, Repo, User
+from fakegithub.model import App, Installation, ManifestCode, Repo, User
 
 
 def utc_now() -> datetime:
@@ -58,6 +58,7 @@ class State:
     apps: dict[int, App] = field(default_factory=dict)
     installations: dict[int, Installation] = field(default_factory=dict)
     repos: dict[str, Repo] = field(default_factory=dict)
+    manifest_codes: dict[str, ManifestCode] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
     listeners: list[Callable[[Event], None]] = field(default_factory=list)
     _next_id: int = 1000

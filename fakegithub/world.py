@@ -23,9 +23,10 @@ from typing import Any, Protocol
 
 from fakegithub.audit import AuditLog
 from fakegithub.auth import Auth
-from fakegithub.errors import SandboxError
+from fakegithub.errors import ApiError, SandboxError
 from fakegithub.faults import Faults
 from fakegithub.model import App, Protection, Repo, Ruleset
+from fakegithub.ops import apps as ops_apps
 from fakegithub.ops import checks as ops_checks
 from fakegithub.ops import git as ops_git
 from fakegithub.ops import issues as ops_issues
@@ -378,6 +379,16 @@ class World:
         found = self._repo(repo)
         with self.state.lock:
             found.mergeability_lag = max(0.0, float(seconds))
+
+    def install_app(self, app: str, account: str = "sandbox") -> int:
+        """Installs the App ``app`` (its slug) on every repository of ``account``, with the
+        permissions the App asks for; answers the installation's id."""
+        try:
+            found = ops_apps.app_by_slug(self.state, app)
+        except ApiError:
+            slugs = sorted(a.slug for a in self.state.apps.values())
+            raise SandboxError(f"no App {app!r}; the sandbox has {slugs}") from None
+        return ops_apps.install(self.state, found, account).id
 
     def set_collaborator(self, user: str, permission: str, repo: str | None = None) -> None:
         found = self._repo(repo)

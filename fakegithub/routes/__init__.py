@@ -7,6 +7,8 @@
 - ``repos``: the repository, contents, commits, compare, branch deletion, protection,
   rulesets, collaborators
 - ``users``: ``GET /user``, who a personal token acts as
+- ``manifests``: the App manifest flow: the "create an App from a manifest" page, the
+  code's conversion, and the install page
 - ``graphql``: ``POST /graphql``, only the mutation that marks a draft ready for review
 - ``control``: ``/_sandbox/`` control routes (loopback only); ``OPERATIONS``
 

@@ -13,6 +13,7 @@ from fakegithub.errors import ApiError, not_found
 from fakegithub.model import Installation
 from fakegithub.render.core import app, node_id, repository, user
 from fakegithub.state import iso
+from fakegithub.webhooks import Delivery
 
 
 def _app_of(ctx: Ctx) -> Any:
@@ -112,6 +113,13 @@ def repo_installation(ctx: Ctx) -> Result:
     return 200, _installation(ctx, found)
 
 
+def _deliveries(ctx: Ctx) -> list[Delivery]:
+    """The calling App's deliveries: only the sandbox's own App sends webhooks."""
+    if _app_of(ctx).id != ctx.sandbox.app.id:
+        return []
+    return ctx.sandbox.hooks.deliveries()
+
+
 @endpoint(app_jwt=True)
 def list_deliveries(ctx: Ctx) -> Result:
     query = ctx.request.query_params
@@ -119,7 +127,7 @@ def list_deliveries(ctx: Ctx) -> Result:
         per_page = max(1, min(100, int(query.get("per_page", "30"))))
     except ValueError as exc:
         raise ApiError(400, "Bad request: per_page must be a number") from exc
-    items = sorted(ctx.sandbox.hooks.deliveries(), key=lambda d: -d.id)
+    items = sorted(_deliveries(ctx), key=lambda d: -d.id)
     cursor = query.get("cursor")
     if cursor:
         if not cursor.startswith("v1_") or not cursor[3:].isdigit():
@@ -145,13 +153,15 @@ def list_deliveries(ctx: Ctx) -> Result:
 @endpoint(app_jwt=True)
 def get_delivery(ctx: Ctx) -> Result:
     found = ctx.sandbox.hooks.get(ctx.number("delivery_id"))
-    if found is None:
+    if found is None or _app_of(ctx).id != ctx.sandbox.app.id:
         raise not_found()
     return 200, found.detail()
 
 
 @endpoint(app_jwt=True)
 def redeliver(ctx: Ctx) -> Result:
+    if _app_of(ctx).id != ctx.sandbox.app.id:
+        raise not_found()
     if ctx.sandbox.hooks.redeliver(ctx.number("delivery_id")) is None:
         raise not_found()
     return 202, {}

@@ -42,6 +42,7 @@ OPERATIONS = (
     "set_protection",
     "add_ruleset",
     "set_collaborator",
+    "install_app",
     "set_mergeability_lag",
     "set_ci",
     "run_ci",

@@ -41,6 +41,8 @@ from kernel.records import Card, EventRow, Matter, Pipeline, Queued, Timer, Turn
 # name -> "module:function"; each function takes the remaining argv and returns an exit code.
 EXTERNAL: dict[str, str] = {
     "action": "ghapp.commands.action:main",
+    "app": "ghapp.commands.app_create:main",
+    "doctor": "ghapp.commands.doctor:main",
     "sandbox": "fakegithub.cli:main",
     "serve": "ghapp.commands.serve:main",
     "demo": "ghapp.commands.demo:main",

@@ -54,12 +54,15 @@ class Out:
         cells = [["" if c is None else str(c) for c in row] for row in rows]
         if self._console is not None:
             from rich.table import Table  # noqa: PLC0415  # imported late: only a terminal needs it, and start-up stays fast
+            from rich.text import Text  # noqa: PLC0415  # imported late: only a terminal needs it, and start-up stays fast
 
             table = Table(title=title, title_justify="left", title_style="bold")
             for name in columns:
                 table.add_column(name, overflow="fold")
             for row in cells:
-                table.add_row(*row)
+                # Text, not a str: a cell is shown as it is, never read as rich markup
+                # ("[bot]" vanished, and "[/x]" raised MarkupError)
+                table.add_row(*(Text(cell) for cell in row))
             self._console.print(table)
             return
         self.line(f"{title}:")

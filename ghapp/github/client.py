@@ -826,6 +826,18 @@ class GitHubClient:
         policy = replace(self._policy, attempts=1) if once else None
         return _as_dict(self._call("GET", "/app", self._app_auth(), policy=policy))
 
+    def list_installations(self) -> list[JSON]:
+        """The App's installations (``account``, ``permissions``, ``events``...)."""
+
+        def fetch(url: str | None) -> httpx.Response:
+            if url is None:
+                return self._call(
+                    "GET", "/app/installations", self._app_auth(), params={"per_page": PER_PAGE}
+                )
+            return self._call("GET", url, self._app_auth())
+
+        return self._pages(fetch, None)
+
     def list_webhook_deliveries(self, *, since: float | None = None) -> list[JSON]:
         """The App's recent deliveries, newest first; with ``since`` (epoch seconds), only
         those delivered at or after it."""

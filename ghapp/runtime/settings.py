@@ -11,7 +11,11 @@
 
 A value set in the environment wins over the same key in the file (the file holds
 the defaults of a deployment, the environment overrides them for one process); an
-empty environment value counts as unset.
+empty environment value counts as unset. Without an explicit file, ``settings.toml`` in
+the home folder (``AUTOLOOP_HOME``, else ``$HOME/.autoloop``) is read when it exists:
+``autoloop app create`` writes the App's settings there. A relative key path in a file
+is taken from the file's folder, so a home folder can move (a backup restored elsewhere,
+a container's volume).
 Nothing is checked until it is needed: :meth:`Settings.require_github` checks the
 GitHub part and raises :class:`SettingsError`, whose text is one line that names
 the setting and says what to do.
@@ -19,6 +23,8 @@ the setting and says what to do.
 
 from __future__ import annotations
 
+import json
+import os
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -28,12 +34,21 @@ from urllib.parse import urlsplit
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
-__all__ = ["DEFAULT_GITHUB_URL", "GitHubSettings", "Settings", "SettingsError"]
+__all__ = [
+    "DEFAULT_GITHUB_URL",
+    "SETTINGS_FILE",
+    "GitHubSettings",
+    "Settings",
+    "SettingsError",
+    "home_settings_file",
+    "write_settings_file",
+]
 
 DEFAULT_GITHUB_URL = "https://api.github.com"
 PREFIX = "AUTOLOOP_"
 KEYS = ("home", "db", "github_app_id", "github_private_key", "github_webhook_secret", "github_url")
 PEM_BEGIN = "-----BEGIN"
+SETTINGS_FILE = "settings.toml"
 
 
 class SettingsError(Exception):
@@ -62,8 +77,16 @@ class Settings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], file: Path | None = None) -> Settings:
-        """Read ``AUTOLOOP_*`` from ``env`` over the keys of the TOML ``file`` (if any)."""
+        """Read ``AUTOLOOP_*`` from ``env`` over the keys of the TOML ``file``; without
+        one, over ``settings.toml`` of the home folder when it exists."""
+        if file is None:
+            found = home_settings_file(env)
+            file = found if found is not None and found.is_file() else None
         values = _read_file(file) if file is not None else {}
+        key_in_file = values.get("github_private_key", "").strip()
+        if file is not None and key_in_file and not key_in_file.startswith(PEM_BEGIN):
+            # a key file named relative to the settings file: beside it, wherever it moved
+            values["github_private_key"] = str(file.parent / Path(key_in_file).expanduser())
         for key in KEYS:
             raw = env.get(PREFIX + key.upper())
             if raw is not None and raw.strip() != "":
@@ -171,6 +194,16 @@ class Settings:
         return url
 
 
+def home_settings_file(env: Mapping[str, str]) -> Path | None:
+    """``settings.toml`` in the home folder ``env`` names (``AUTOLOOP_HOME``, else
+    ``$HOME/.autoloop``); None when ``env`` names neither."""
+    home = (env.get("AUTOLOOP_HOME") or "").strip()
+    if home:
+        return Path(home).expanduser() / SETTINGS_FILE
+    user_home = (env.get("HOME") or "").strip()
+    return Path(user_home) / ".autoloop" / SETTINGS_FILE if user_home else None
+
+
 def _read_file(file: Path) -> dict[str, str]:
     try:
         data = tomllib.loads(file.read_text(encoding="utf-8"))
@@ -190,3 +223,27 @@ def _read_file(file: Path) -> dict[str, str]:
             raise SettingsError(f"{file}: {key} must be a string, not {type(value).__name__}")
         out[key] = str(value)
     return out
+
+
+def _toml_value(value: str | int) -> str:
+    # A JSON string is a TOML basic string (the same escapes), and an int is an int.
+    return str(value) if isinstance(value, int) else json.dumps(value)
+
+
+def write_settings_file(file: Path, updates: Mapping[str, str | int]) -> None:
+    """Set ``updates`` in the TOML settings ``file`` (created when missing), keeping its
+    other keys; the file is replaced in one step and readable by its owner only (mode
+    0600: it holds the webhook secret). Comments of an existing file are not kept."""
+    for key in updates:
+        if key not in KEYS:
+            raise ValueError(f"unknown setting {key!r}")
+    values: dict[str, str | int] = dict(_read_file(file)) if file.exists() else {}
+    values.update(updates)
+    text = "# Autoloop settings (see docs/github-app.md); AUTOLOOP_* variables override them.\n"
+    text += "".join(f"{key} = {_toml_value(values[key])}\n" for key in KEYS if key in values)
+    tmp = file.with_name(f".{file.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(text)
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, file)

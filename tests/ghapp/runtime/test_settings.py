@@ -9,7 +9,13 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from ghapp.runtime.settings import DEFAULT_GITHUB_URL, Settings, SettingsError
+from ghapp.runtime.settings import (
+    DEFAULT_GITHUB_URL,
+    Settings,
+    SettingsError,
+    home_settings_file,
+    write_settings_file,
+)
 
 
 @functools.cache
@@ -176,3 +182,53 @@ def test_a_table_where_a_value_belongs_is_refused(tmp_path: Path) -> None:
     conf.write_text("[github_url]\nx = 1\n")
     with pytest.raises(SettingsError, match="github_url must be a string, not dict"):
         Settings.from_env({}, conf)
+
+
+def test_settings_toml_of_the_home_folder_is_read_without_config(tmp_path: Path) -> None:
+    (tmp_path / "settings.toml").write_text('github_app_id = 42\ngithub_webhook_secret = "f"\n')
+    s = Settings.from_env({"AUTOLOOP_HOME": str(tmp_path), "AUTOLOOP_GITHUB_WEBHOOK_SECRET": "e"})
+    assert s.file == tmp_path / "settings.toml"
+    assert (s.github_app_id, s.github_webhook_secret) == ("42", "e")
+    user = tmp_path / "user"
+    (user / ".autoloop").mkdir(parents=True)
+    (user / ".autoloop" / "settings.toml").write_text("github_app_id = 7\n")
+    assert Settings.from_env({"HOME": str(user)}).github_app_id == "7"
+    assert Settings.from_env({"HOME": str(tmp_path / "nobody")}).file is None
+
+
+def test_without_home_or_autoloop_home_no_file_is_looked_for() -> None:
+    assert home_settings_file({}) is None
+    assert home_settings_file({"AUTOLOOP_HOME": "/srv/al"}) == Path("/srv/al/settings.toml")
+
+
+def test_a_relative_key_path_in_a_file_is_taken_from_the_files_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "moved-home"
+    home.mkdir()
+    (home / "app.pem").write_text(rsa_pem())
+    (home / "settings.toml").write_text(
+        'github_app_id = 5\ngithub_private_key = "app.pem"\ngithub_webhook_secret = "x"\n'
+    )
+    monkeypatch.chdir(tmp_path)  # not the home folder
+    s = Settings.from_env({"AUTOLOOP_HOME": str(home)})
+    assert s.github_private_key == str(home / "app.pem")
+    assert s.require_github().app_id == 5
+    # in the environment, a relative path stays relative to the working folder
+    env = {"AUTOLOOP_HOME": str(home), "AUTOLOOP_GITHUB_PRIVATE_KEY": "app.pem"}
+    assert Settings.from_env(env).github_private_key == "app.pem"
+
+
+def test_writing_settings_keeps_other_keys_and_is_private(tmp_path: Path) -> None:
+    conf = tmp_path / "settings.toml"
+    conf.write_text('db = "sqlite:////srv/al.db"\ngithub_app_id = 1\n')
+    write_settings_file(conf, {"github_app_id": 99, "github_webhook_secret": 'a"b\\c'})
+    assert oct(conf.stat().st_mode & 0o777) == "0o600"
+    s = Settings.from_env({}, conf)
+    assert (s.db, s.github_app_id, s.github_webhook_secret) == (
+        "sqlite:////srv/al.db",
+        "99",
+        'a"b\\c',
+    )
+    with pytest.raises(ValueError, match="unknown setting"):
+        write_settings_file(conf, {"github_appid": 1})

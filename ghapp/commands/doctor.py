@@ -1,0 +1,458 @@
+"""``autoloop doctor``: check an installation, one row per thing that can be wrong.
+
+Rows, in order: the settings; the home folder, ``master.key`` and the ledger; the rules
+file; each agent's program on PATH; each rule's ``cwd``; then, with a GitHub App
+configured: the key file's mode, the App id and key against ``GET /app``, the App's
+registered permissions and events, each installation's granted permissions and events,
+and the App's recent webhook deliveries (``GET /app/hook/deliveries``: a newest delivery
+that failed is a problem, and its row says why GitHub could not deliver).
+
+What the App needs comes from :mod:`ghapp.github.manifest`, as for ``autoloop app
+create``. Nothing is created or changed: a missing ledger is reported, not made.
+
+Each row has a status: ``ok``, ``warn`` (works, but look), ``FAIL`` (a problem) or
+``skip`` (not checked, the row says why). The rows are a table (``rich`` on a terminal,
+plain aligned columns otherwise: see :mod:`ghapp.commands.show`). Exit 0 without a
+problem, 1 with one, 2 on bad usage. ``--json`` prints
+``{"ok": bool, "checks": [{"check", "status", "detail"}]}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import stat
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ghapp.commands.home import CHANNEL_ADAPTERS, read_master_key
+from ghapp.commands.show import Out
+from ghapp.github.client import GitHubClient
+from ghapp.github.errors import GitHubError, NotFound, Unauthorized, Unreachable
+from ghapp.github.manifest import WEBHOOK_PATH, events_missing, permissions_missing
+from ghapp.github.retry import Policy
+from ghapp.runtime.hub import load_rules, rules_path
+from ghapp.runtime.settings import GitHubSettings, Settings, SettingsError
+from kernel.errors import ConfigError
+from kernel.model import AgentSpec, Rules
+
+__all__ = ["Check", "main", "run_checks"]
+
+OK, WARN, FAIL, SKIP = "ok", "warn", "FAIL", "skip"
+DELIVERIES_SINCE_S = 24 * 3600.0  # deliveries looked at: those of the last day
+DOCTOR_POLICY = Policy(attempts=2, max_wait_s=5.0, backoff_s=0.5, max_backoff_s=1.0)
+BUILT_IN_AGENTS = frozenset({"demo"})  # adapters that run no program of their own
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    check: str
+    status: str
+    detail: str
+
+
+# ------------------------------------------------------------------------------ local
+
+
+def home_checks(home: Path, db: str) -> list[Check]:
+    if not home.is_dir():
+        why = "is not a folder" if home.exists() else "does not exist"
+        return [
+            Check(
+                "home folder",
+                FAIL,
+                f"{home} {why}: run 'autoloop init' (or set AUTOLOOP_HOME to the right folder)",
+            )
+        ]
+    mode = stat.S_IMODE(home.stat().st_mode)
+    rows = [
+        Check("home folder", OK, f"{home}")
+        if not mode & 0o077
+        else Check(
+            "home folder",
+            WARN,
+            f"{home} is open to other users (mode {mode:o}): chmod 700 {home}",
+        )
+    ]
+    try:
+        read_master_key(home)
+        rows.append(Check("master.key", OK, f"{home / 'master.key'}"))
+    except SettingsError as exc:
+        rows.append(Check("master.key", FAIL, str(exc)))
+    rows.append(ledger_check(db))
+    return rows
+
+
+def ledger_check(db: str) -> Check:
+    if not db.startswith("sqlite:"):
+        return Check("ledger", SKIP, "not a SQLite file: 'autoloop serve' checks it when it starts")
+    # as the SQLite store reads its URL: sqlite:///PATH, PATH absolute or relative
+    raw = db.removeprefix("sqlite:///") if db.startswith("sqlite:///") else db
+    path = Path(raw.removeprefix("sqlite:").partition("?")[0])
+    if not path.exists():
+        return Check("ledger", WARN, f"{path} does not exist yet: the first event creates it")
+    if not os.access(path, os.R_OK | os.W_OK):
+        return Check("ledger", FAIL, f"{path} is not readable and writable by this user")
+    return Check("ledger", OK, f"{path} ({path.stat().st_size} bytes)")
+
+
+def rules_check(home: Path) -> tuple[Check, Rules | None]:
+    from plugins.agents.registry import KNOWN_AGENT_ADAPTERS  # noqa: PLC0415  # only here
+
+    path = rules_path(home)
+    try:
+        rules = load_rules(home, agents=KNOWN_AGENT_ADAPTERS, channels=CHANNEL_ADAPTERS)
+    except ConfigError as exc:
+        return Check("rules", FAIL, str(exc)), None
+    except OSError as exc:
+        return Check("rules", FAIL, f"{path}: cannot read it ({exc.strerror})"), None
+    detail = (
+        f"{path}: {len(rules.rules)} rules, {len(rules.agents)} agents, "
+        f"{len(rules.channels)} channels (version {rules.version})"
+    )
+    return Check("rules", OK, detail), rules
+
+
+def _program(spec: AgentSpec) -> str | None:
+    if spec.use in BUILT_IN_AGENTS:
+        return None
+    if spec.use == "command":
+        argv = spec.command or tuple(spec.options.get("command", ()))
+        return str(argv[0]) if argv else ""
+    return str(spec.options.get("binary") or spec.use)
+
+
+def agent_checks(home: Path, rules: Rules, env: Mapping[str, str]) -> list[Check]:
+    rows = []
+    path_var = env.get("PATH", os.defpath)
+    for name, spec in sorted(rules.agents.items()):
+        users = [r for r in rules.rules if r.agent == name]
+        used_by = ", ".join(r.name for r in users) or "no rule"
+        where = "" if spec.worker in {"any", "local"} else f" (runs on worker {spec.worker!r})"
+        program = _program(spec)
+        label = f"agent {name}"
+        if program is None:
+            rows.append(Check(label, OK, f"built in ({spec.use}); used by {used_by}"))
+            continue
+        if not program:
+            rows.append(Check(label, FAIL, 'the command agent needs "command": a list'))
+            continue
+        if os.sep in program:
+            bases = [_cwd(home, r.cwd) for r in users] or [home]
+            found = [b / program for b in bases if os.access(b / program, os.X_OK)]
+            missing = not found and not os.access(program, os.X_OK)
+            resolved = str(found[0]) if found else program
+        else:
+            which = shutil.which(program, path=path_var)
+            missing = which is None
+            resolved = which or ""
+        if missing:
+            fix = (
+                "fix its path in rules.json"
+                if os.sep in program
+                else 'install it, or give its full path as the agent\'s "binary" option'
+                if spec.use != "command"
+                else 'install it, or give its full path in "command"'
+            )
+            rows.append(
+                Check(
+                    label,
+                    WARN if where else FAIL,
+                    f"{program!r} is not found on PATH{where}; used by {used_by}: {fix}",
+                )
+            )
+        else:
+            rows.append(Check(label, OK, f"{resolved}; used by {used_by}{where}"))
+    return rows
+
+
+def _cwd(home: Path, cwd: str) -> Path:
+    path = Path(cwd).expanduser()
+    return path if path.is_absolute() else home / path
+
+
+def cwd_checks(home: Path, rules: Rules) -> list[Check]:
+    rows = []
+    for rule in rules.rules:
+        path = _cwd(home, rule.cwd)
+        label = f"cwd of {rule.name}"
+        if not path.is_dir():
+            why = "is not a folder" if path.exists() else "does not exist"
+            rows.append(Check(label, FAIL, f'{path} {why}: create it, or fix the rule\'s "cwd"'))
+        elif rule.access != "read" and not os.access(path, os.W_OK):
+            rows.append(
+                Check(
+                    label, FAIL, f"{path} is not writable, but the rule's access is {rule.access}"
+                )
+            )
+        else:
+            rows.append(Check(label, OK, str(path.resolve())))
+    return rows
+
+
+# ------------------------------------------------------------------------------ GitHub
+
+
+def key_mode_check(settings: Settings) -> Check | None:
+    raw = (settings.github_private_key or "").strip()
+    if not raw or raw.startswith("-----BEGIN"):
+        return None
+    path = Path(raw).expanduser()
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077:
+        return Check(
+            "private key file",
+            WARN,
+            f"{path} can be read by other users (mode {mode:o}): chmod 600 {path}",
+        )
+    return Check("private key file", OK, f"{path} (mode {mode:o})")
+
+
+def _app_error(exc: GitHubError, gh: GitHubSettings) -> str:
+    answer = f"GET /app: {exc.status} {exc.message}" if exc.status else str(exc)
+    if isinstance(exc, Unauthorized | NotFound):
+        return (
+            f"GitHub refuses the App id {gh.app_id} with this private key ({answer}): the id "
+            "and the key are not the same App's; check AUTOLOOP_GITHUB_APP_ID against the "
+            "App ID on the App's settings page, and generate a new private key there if the "
+            "key file is another App's"
+        )
+    if isinstance(exc, Unreachable):
+        cause = f" ({exc.cause})" if exc.cause else ""
+        return (
+            f"cannot reach GitHub at {gh.api_url}{cause}: check AUTOLOOP_GITHUB_URL and the "
+            "network (proxy, firewall)"
+        )
+    return f"{answer}: check AUTOLOOP_GITHUB_URL and the App's settings"
+
+
+def _granted_row(label: str, granted: object, events: object, fix: str) -> Check:
+    lacks = permissions_missing(granted if isinstance(granted, dict) else {})
+    missing_events = events_missing(events if isinstance(events, list) else [])
+    if not lacks and not missing_events:
+        return Check(label, OK, "every permission and event Autoloop needs")
+    parts = []
+    if lacks:
+        parts.append(f"lacks {', '.join(lacks)}")
+    if missing_events:
+        parts.append(f"does not subscribe to {', '.join(missing_events)}")
+    return Check(label, FAIL, f"{'; '.join(parts)}: {fix} (docs/github-app.md lists why)")
+
+
+def _failure_hint(status: str, code: int) -> str:
+    if code == 401:
+        return (
+            "the server refused the signature: the webhook secret in the App's settings "
+            "differs from AUTOLOOP_GITHUB_WEBHOOK_SECRET"
+        )
+    if code == 404:
+        return f"wrong path: the App's webhook URL must end in {WEBHOOK_PATH}"
+    if code >= 500:
+        return "the server failed: see the log of 'autoloop serve'"
+    if code:
+        return "see the log of 'autoloop serve'"
+    return (
+        f"GitHub could not reach the webhook URL ({status}): is 'autoloop serve' running, "
+        "and reachable from the internet at the App's webhook URL (DNS, TLS, proxy, firewall)?"
+    )
+
+
+def deliveries_check(deliveries: list[Any]) -> Check:
+    items = [d for d in deliveries if isinstance(d, dict)]
+    if not items:
+        return Check(
+            "webhook deliveries",
+            WARN,
+            "none in the last day: GitHub sends one at the next event; if events happened, "
+            "check that the App's webhook is active and its URL is right",
+        )
+    failed = [d for d in items if d.get("status") != "OK"]
+    newest = max(items, key=lambda d: (str(d.get("delivered_at") or ""), d.get("id") or 0))
+    if newest.get("status") == "OK":
+        earlier = f" ({len(failed)} failed before it)" if failed else ""
+        return Check(
+            "webhook deliveries",
+            OK,
+            f"the newest of {len(items)} in the last day was delivered{earlier}",
+        )
+    status = str(newest.get("status") or "failed")
+    code = newest.get("status_code") if isinstance(newest.get("status_code"), int) else 0
+    event = str(newest.get("event") or "?")
+    action = f".{newest['action']}" if newest.get("action") else ""
+    return Check(
+        "webhook deliveries",
+        FAIL,
+        f"{len(failed)} of the last {len(items)} failed; the newest ({event}{action} at "
+        f"{newest.get('delivered_at')}): {status}: {_failure_hint(status, code or 0)}; "
+        "then redeliver the failed ones from the App's Advanced settings",
+    )
+
+
+ClientFactory = Callable[[GitHubSettings], GitHubClient]
+
+
+def _client(gh: GitHubSettings) -> GitHubClient:
+    return GitHubClient.from_settings(gh, timeout_s=10.0, policy=DOCTOR_POLICY)
+
+
+def github_checks(
+    settings: Settings, *, now: float, client_for: ClientFactory = _client
+) -> list[Check]:
+    given = [settings.github_app_id, settings.github_private_key, settings.github_webhook_secret]
+    if not any((v or "").strip() for v in given):
+        return [
+            Check(
+                "GitHub App",
+                SKIP,
+                "not configured (local events only): 'autoloop app create --org ORG --url URL' "
+                "registers one (docs/github-app.md)",
+            )
+        ]
+    if not (settings.github_app_id or settings.github_private_key):
+        return [
+            Check(
+                "GitHub App",
+                WARN,
+                "only a webhook secret is set: webhooks are recorded, nothing is written back; "
+                "set AUTOLOOP_GITHUB_APP_ID and AUTOLOOP_GITHUB_PRIVATE_KEY to turn that on",
+            )
+        ]
+    try:
+        gh = settings.require_github()
+    except SettingsError as exc:
+        return [Check("GitHub settings", FAIL, str(exc))]
+    where = f" from {settings.file}" if settings.file else ""
+    rows = [Check("GitHub settings", OK, f"App id {gh.app_id}, {gh.api_url}{where}")]
+    key_row = key_mode_check(settings)
+    if key_row is not None:
+        rows.append(key_row)
+    client = client_for(gh)
+    try:
+        try:
+            app = client.get_app()
+        except GitHubError as exc:
+            rows.append(Check("App id and key", FAIL, _app_error(exc, gh)))
+            return rows
+        slug = app.get("slug")
+        owner = app.get("owner")
+        login = owner.get("login") if isinstance(owner, dict) else "?"
+        rows.append(
+            Check("App id and key", OK, f"GET /app: {slug} (id {app.get('id')}) of {login}")
+        )
+        html_url = str(app.get("html_url") or "")
+        rows.append(
+            _granted_row(
+                "App permissions",
+                app.get("permissions"),
+                app.get("events"),
+                f"add them on the App's settings page ({html_url}), Permissions & events",
+            )
+        )
+        rows.extend(_installation_rows(client, html_url))
+        try:
+            recent = client.list_webhook_deliveries(since=now - DELIVERIES_SINCE_S)
+        except GitHubError as exc:
+            rows.append(Check("webhook deliveries", FAIL, f"cannot list them: {exc}"))
+        else:
+            rows.append(deliveries_check(recent))
+    finally:
+        client.close()
+    return rows
+
+
+def _installation_rows(client: GitHubClient, html_url: str) -> list[Check]:
+    try:
+        found = client.list_installations()
+    except GitHubError as exc:
+        return [Check("installations", FAIL, f"cannot list them: {exc}")]
+    if not found:
+        return [
+            Check(
+                "installations",
+                FAIL,
+                f"the App is installed nowhere: install it on your organization at "
+                f"{html_url}/installations/new",
+            )
+        ]
+    rows = []
+    for inst in found:
+        account = inst.get("account")
+        login = account.get("login") if isinstance(account, dict) else "?"
+        settings_url = inst.get("html_url") or "the account's settings, GitHub Apps"
+        rows.append(
+            _granted_row(
+                f"installation on {login}",
+                inst.get("permissions"),
+                inst.get("events"),
+                f"accept the App's new permissions at {settings_url}",
+            )
+        )
+    return rows
+
+
+# ------------------------------------------------------------------------------ all
+
+
+def run_checks(
+    env: Mapping[str, str],
+    config: Path | None = None,
+    *,
+    now: Callable[[], float] = time.time,
+    client_for: ClientFactory = _client,
+) -> list[Check]:
+    try:
+        settings = Settings.from_env(env, config)
+    except SettingsError as exc:
+        return [Check("settings", FAIL, str(exc))]
+    source = f"{settings.file} and the environment" if settings.file else "the environment"
+    rows = [Check("settings", OK, f"from {source}")]
+    rows += home_checks(settings.home, settings.db)
+    rules_row, rules = rules_check(settings.home) if settings.home.is_dir() else (None, None)
+    if rules_row is not None:
+        rows.append(rules_row)
+    if rules is not None:
+        rows += agent_checks(settings.home, rules, env)
+        rows += cwd_checks(settings.home, rules)
+    rows += github_checks(settings, now=now(), client_for=client_for)
+    return rows
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(
+        prog="autoloop doctor",
+        description="Check the settings, the home folder, the rules, the agents and the "
+        "GitHub App (id, key, permissions, installations, webhook deliveries).",
+    )
+    p.add_argument("--config", type=Path, help="a TOML settings file (default HOME/settings.toml)")
+    p.add_argument("--json", action="store_true", help="print the checks as one JSON object")
+    try:
+        args = p.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    rows = run_checks(dict(os.environ), args.config)
+    problems = [r for r in rows if r.status == FAIL]
+    if args.json:
+        print(json.dumps({"ok": not problems, "checks": [asdict(r) for r in rows]}))
+    else:
+        out = Out()
+        out.table(
+            "autoloop doctor",
+            ["check", "status", "detail"],
+            [[r.check, r.status, r.detail] for r in rows],
+        )
+        out.line(
+            f"{len(problems)} problem(s): fix the FAIL rows, then run 'autoloop doctor' again"
+            if problems
+            else "no problems found"
+        )
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

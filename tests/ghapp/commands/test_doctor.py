@@ -1,0 +1,319 @@
+"""``autoloop doctor`` as a person runs it: the real command against the sandbox GitHub;
+each problem shows up as one FAIL row that says what to do, and the exit code is 1."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from fakegithub.server import SandboxHandle, free_port, running_sandbox
+from ghapp.commands.doctor import deliveries_check
+from ghapp.commands.home import init_home
+from tests.hub_cli import FAKES_BIN, ROOT
+from tests.servers import live_server
+
+RULES: dict[str, Any] = {
+    "sources": {"github": {"adapter": "github"}},
+    "agents": {"coder": {"use": "claude"}, "demo": {"use": "demo"}},
+    "channels": {"gh": {"use": "github-comment"}},
+    "rules": [
+        {
+            "name": "triage",
+            "on": {"source": "github", "type": "issues.opened"},
+            "agent": "coder",
+            "allow": ["github.comment"],
+            "notify": ["gh"],
+        }
+    ],
+}
+
+
+@pytest.fixture
+def gh() -> Iterator[SandboxHandle]:
+    with running_sandbox() as handle:
+        yield handle
+
+
+def github_env(gh: SandboxHandle, home: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOLOOP_")}
+    env.update(
+        AUTOLOOP_HOME=str(home),
+        AUTOLOOP_GITHUB_URL=gh.api_url,
+        AUTOLOOP_GITHUB_APP_ID=str(gh.app_id),
+        AUTOLOOP_GITHUB_PRIVATE_KEY=str(gh.private_key_path),
+        AUTOLOOP_GITHUB_WEBHOOK_SECRET=gh.webhook_secret,
+        PATH=f"{FAKES_BIN}{os.pathsep}{os.environ.get('PATH', os.defpath)}",
+    )
+    env.update(extra)
+    return env
+
+
+def make_home(tmp_path: Path, rules: dict[str, Any] | None = None) -> Path:
+    home = tmp_path / "home"
+    init_home(home, rules_text=json.dumps(rules or RULES))
+    return home
+
+
+def doctor(env: dict[str, str], *args: str) -> tuple[int, dict[str, Any], str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "ghapp.commands.cli", "doctor", "--json", *args],
+        check=False,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc.returncode, json.loads(proc.stdout), proc.stderr
+
+
+def fails(report: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(c["check"], c["detail"]) for c in report["checks"] if c["status"] == "FAIL"]
+
+
+def status_of(report: dict[str, Any], check: str) -> str:
+    found: str = next(c["status"] for c in report["checks"] if c["check"] == check)
+    return found
+
+
+def deliver_one_webhook(gh: SandboxHandle, url: str) -> None:
+    gh.world.set_app_url(url)
+    gh.world.open_issue("reader", "Crash on start")
+    assert gh.world.settle()
+
+
+def test_a_healthy_install_has_no_problem(gh: SandboxHandle, tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    secret = {"AUTOLOOP_GITHUB_WEBHOOK_SECRET": gh.webhook_secret}
+    with live_server(home, RULES, env=secret, start_worker=False) as live:
+        deliver_one_webhook(gh, live.url + "/github/webhook")
+    code, report, _ = doctor(github_env(gh, home))
+    assert (code, fails(report)) == (0, [])
+    assert report["ok"] is True
+    statuses = {c["check"]: c["status"] for c in report["checks"]}
+    assert statuses == {
+        "settings": "ok",
+        "home folder": "ok",
+        "master.key": "ok",
+        "ledger": "ok",
+        "rules": "ok",
+        "agent coder": "ok",
+        "agent demo": "ok",
+        "cwd of triage": "ok",
+        "GitHub settings": "ok",
+        "private key file": "ok",
+        "App id and key": "ok",
+        "App permissions": "ok",
+        "installation on sandbox": "ok",
+        "webhook deliveries": "ok",
+    }
+
+
+def test_a_wrong_app_id_is_one_row(gh: SandboxHandle, tmp_path: Path) -> None:
+    wrong = str(gh.app_id + 999)
+    env = github_env(gh, make_home(tmp_path), AUTOLOOP_GITHUB_APP_ID=wrong)
+    code, report, _ = doctor(env)
+    assert code == 1
+    [(check, detail)] = fails(report)
+    assert check == "App id and key"
+    assert f"GitHub refuses the App id {wrong} with this private key" in detail
+    assert "401" in detail
+    assert "check AUTOLOOP_GITHUB_APP_ID" in detail
+
+
+def test_a_wrong_key_is_one_row(gh: SandboxHandle, tmp_path: Path) -> None:
+    other = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    key = tmp_path / "other.pem"
+    key.write_bytes(
+        other.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.TraditionalOpenSSL,
+            serialization.NoEncryption(),
+        )
+    )
+    key.chmod(0o600)
+    env = github_env(gh, make_home(tmp_path), AUTOLOOP_GITHUB_PRIVATE_KEY=str(key))
+    code, report, _ = doctor(env)
+    assert code == 1
+    [(check, detail)] = fails(report)
+    assert check == "App id and key"
+    assert "generate a new private key" in detail
+
+
+def test_a_key_that_is_no_key_is_one_row(gh: SandboxHandle, tmp_path: Path) -> None:
+    key = tmp_path / "not-a-key.pem"
+    key.write_text("hello\n")
+    env = github_env(gh, make_home(tmp_path), AUTOLOOP_GITHUB_PRIVATE_KEY=str(key))
+    code, report, _ = doctor(env)
+    assert code == 1
+    [(check, detail)] = fails(report)
+    assert check == "GitHub settings"
+    assert "is not an unencrypted PEM private key" in detail
+
+
+def test_a_missing_agent_binary_is_one_row(gh: SandboxHandle, tmp_path: Path) -> None:
+    rules = json.loads(json.dumps(RULES))
+    rules["agents"]["coder"] = {"use": "claude", "binary": "claude-not-installed"}
+    code, report, _ = doctor(github_env(gh, make_home(tmp_path, rules)))
+    assert code == 1
+    [(check, detail)] = fails(report)
+    assert check == "agent coder"
+    assert "'claude-not-installed' is not found on PATH; used by triage" in detail
+    assert '"binary" option' in detail
+
+
+def test_an_unreachable_webhook_is_one_row(gh: SandboxHandle, tmp_path: Path) -> None:
+    deliver_one_webhook(gh, f"http://127.0.0.1:{free_port()}/github/webhook")
+    code, report, _ = doctor(github_env(gh, make_home(tmp_path)))
+    assert code == 1
+    [(check, detail)] = fails(report)
+    assert check == "webhook deliveries"
+    assert "1 of the last 1 failed" in detail
+    assert "issues.opened" in detail
+    assert "failed to connect to host" in detail
+    assert "GitHub could not reach the webhook URL" in detail
+
+
+def test_a_webhook_refused_for_its_secret_is_one_row(gh: SandboxHandle, tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    wrong = {"AUTOLOOP_GITHUB_WEBHOOK_SECRET": "not-the-apps-secret"}
+    with live_server(home, RULES, env=wrong, start_worker=False) as live:
+        deliver_one_webhook(gh, live.url + "/github/webhook")
+    code, report, _ = doctor(github_env(gh, home))
+    assert code == 1
+    [(check, detail)] = fails(report)
+    assert check == "webhook deliveries"
+    assert "Invalid HTTP Response: 401" in detail
+    assert "differs from AUTOLOOP_GITHUB_WEBHOOK_SECRET" in detail
+
+
+def test_a_fixed_webhook_is_no_longer_a_problem(gh: SandboxHandle, tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    deliver_one_webhook(gh, f"http://127.0.0.1:{free_port()}/github/webhook")
+    secret = {"AUTOLOOP_GITHUB_WEBHOOK_SECRET": gh.webhook_secret}
+    with live_server(home, RULES, env=secret, start_worker=False) as live:
+        deliver_one_webhook(gh, live.url + "/github/webhook")
+    code, report, _ = doctor(github_env(gh, home))
+    assert (code, fails(report)) == (0, [])
+    row = next(c for c in report["checks"] if c["check"] == "webhook deliveries")
+    assert row["detail"] == "the newest of 2 in the last day was delivered (1 failed before it)"
+
+
+def test_an_installation_without_a_needed_permission_is_one_row(
+    gh: SandboxHandle, tmp_path: Path
+) -> None:
+    gh.sandbox.state.installations[gh.installation_id].permissions["issues"] = "read"
+    code, report, _ = doctor(github_env(gh, make_home(tmp_path)))
+    assert code == 1
+    [(check, detail)] = fails(report)
+    assert check == "installation on sandbox"
+    assert "lacks issues:write (has read)" in detail
+    assert "accept the App's new permissions" in detail
+
+
+def test_an_app_installed_nowhere_is_one_row(gh: SandboxHandle, tmp_path: Path) -> None:
+    gh.sandbox.state.installations.clear()
+    code, report, _ = doctor(github_env(gh, make_home(tmp_path)))
+    assert code == 1
+    [(check, detail)] = fails(report)
+    assert check == "installations"
+    assert f"{gh.api_url}/apps/autoloop-sandbox/installations/new" in detail
+
+
+def test_unreachable_github_is_one_row(gh: SandboxHandle, tmp_path: Path) -> None:
+    closed = f"http://127.0.0.1:{free_port()}"
+    env = github_env(gh, make_home(tmp_path), AUTOLOOP_GITHUB_URL=closed)
+    code, report, _ = doctor(env)
+    assert code == 1
+    [(check, detail)] = fails(report)
+    assert check == "App id and key"
+    assert f"cannot reach GitHub at {closed}" in detail
+
+
+def test_a_missing_cwd_is_one_row(gh: SandboxHandle, tmp_path: Path) -> None:
+    rules = json.loads(json.dumps(RULES))
+    rules["rules"][0]["cwd"] = str(tmp_path / "srv" / "web")
+    code, report, _ = doctor(github_env(gh, make_home(tmp_path, rules)))
+    assert code == 1
+    [(check, detail)] = fails(report)
+    assert check == "cwd of triage"
+    assert f"{tmp_path / 'srv' / 'web'} does not exist" in detail
+
+
+def test_a_missing_home_is_reported_and_not_created(gh: SandboxHandle, tmp_path: Path) -> None:
+    typo = tmp_path / "hoem"
+    code, report, _ = doctor(github_env(gh, typo))
+    assert code == 1
+    assert fails(report)[0][0] == "home folder"
+    assert "run 'autoloop init'" in fails(report)[0][1]
+    assert not typo.exists()
+
+
+def test_local_only_is_no_problem(tmp_path: Path) -> None:
+    home = make_home(tmp_path, {"agents": {"demo": {"use": "demo"}}, "rules": []})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOLOOP_")}
+    env["AUTOLOOP_HOME"] = str(home)
+    code, report, _ = doctor(env)
+    assert code == 0
+    assert status_of(report, "GitHub App") == "skip"
+    assert status_of(report, "ledger") == "warn"  # nothing recorded yet, and none created
+    assert not (home / "ledger.db").exists()
+
+
+def test_a_key_other_users_can_read_is_a_warning(gh: SandboxHandle, tmp_path: Path) -> None:
+    key = tmp_path / "key.pem"
+    key.write_text(gh.private_key_pem)
+    key.chmod(0o644)
+    env = github_env(gh, make_home(tmp_path), AUTOLOOP_GITHUB_PRIVATE_KEY=str(key))
+    code, report, _ = doctor(env)
+    assert code == 0
+    assert status_of(report, "private key file") == "warn"
+    row = next(c for c in report["checks"] if c["check"] == "private key file")
+    assert f"chmod 600 {key}" in row["detail"]
+
+
+def test_the_table_lines_up_and_ends_with_the_verdict(gh: SandboxHandle, tmp_path: Path) -> None:
+    env = github_env(gh, make_home(tmp_path), AUTOLOOP_GITHUB_APP_ID="12345")
+    proc = subprocess.run(
+        [sys.executable, "-m", "ghapp.commands.cli", "doctor"],
+        check=False,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1
+    lines = proc.stdout.splitlines()  # not a terminal: plain columns
+    assert lines[0] == "autoloop doctor:"
+    assert lines[1].split() == ["check", "status", "detail"]
+    column = lines[1].index("status")
+    assert all(line[column - 2 : column] == "  " for line in lines[2:-1])
+    assert any(line.startswith("  App id and key") and " FAIL " in line for line in lines)
+    assert lines[-1] == "1 problem(s): fix the FAIL rows, then run 'autoloop doctor' again"
+
+
+def test_no_deliveries_is_a_warning_and_a_404_says_the_path_is_wrong() -> None:
+    assert deliveries_check([]).status == "warn"
+    failed = {
+        "id": 2,
+        "delivered_at": "2024-05-01T10:00:00Z",
+        "status": "Invalid HTTP Response: 404",
+        "status_code": 404,
+        "event": "push",
+        "action": None,
+    }
+    row = deliveries_check([failed])
+    assert row.status == "FAIL"
+    assert "push at 2024-05-01T10:00:00Z" in row.detail
+    assert "must end in /github/webhook" in row.detail
