@@ -41,7 +41,6 @@ from kernel.receipt import ACTION_NAME, EVENT_TYPE
 
 __all__ = [
     "BUILTIN_SOURCES",
-    "GITHUB_ACTIONS",
     "parse_rules",
     "rules_version",
     "starter_rules_text",
@@ -82,23 +81,9 @@ _RULE = (
 _ON = ("source", "type", "subject")
 _ACCESS: tuple[Access, ...] = typing.get_args(Access)
 
-#: The verbs of the ``github`` executor: a rule's ``allow``/``approve`` may name no other.
-GITHUB_ACTIONS = (
-    "comment",
-    "label",
-    "unlabel",
-    "close",
-    "reopen",
-    "assign",
-    "review",
-    "merge",
-    "update_branch",
-    "ready",
-    "progress",
-    "delete_branch",
-)
-#: Sources whose events the hub itself records (besides those declared under "sources").
-BUILTIN_SOURCES = ("local", "github", "agent", "timer", "schedule", "card")
+#: Sources whose events the hub itself records (besides those declared under "sources",
+#: and those the shell's plugins add: ``parse_rules(..., sources=...)``).
+BUILTIN_SOURCES = ("local", "agent", "timer", "schedule", "card")
 
 _TYPE_PATTERN = re.compile(r"(?:[A-Za-z0-9][A-Za-z0-9_-]*(?:\.[A-Za-z0-9][A-Za-z0-9_-]*)*\.?)?\*?")
 
@@ -159,15 +144,22 @@ def parse_rules(
     fmt: str = "json",
     known_agent_adapters: frozenset[str] | None = None,
     known_channel_adapters: frozenset[str] | None = None,
+    known_actions: Mapping[str, tuple[str, ...]] | None = None,
+    sources: tuple[str, ...] = (),
 ) -> Rules:
     """Parse and validate rules text (``fmt`` ``"json"`` or ``"toml"``).
 
     ``path`` is only used in messages. Raises :class:`ConfigError` on the first problem.
+    ``known_actions``: the verbs of each action namespace the shell's executors have
+    (an action of such a namespace naming another verb is refused); ``sources``: the
+    sources the shell's plugins record, besides :data:`BUILTIN_SOURCES`.
     """
     if fmt not in ("json", "toml"):
         raise ValueError(f"fmt must be 'json' or 'toml', got {fmt!r}")
     data = load(text, path, fmt)
     reader = _RulesReader(path, known_agent_adapters, known_channel_adapters)
+    reader.known_actions = dict(known_actions or {})
+    reader.builtin_sources = (*BUILTIN_SOURCES, *sources)
     rules = reader.rules(data)
     return replace(rules, version=rules_version(rules))
 
@@ -176,6 +168,8 @@ class _RulesReader(Reader):
     """The whole file: its top-level fields and its rules."""
 
     known_sources: tuple[str, ...] = BUILTIN_SOURCES  # and those the file declares
+    builtin_sources: tuple[str, ...] = BUILTIN_SOURCES
+    known_actions: Mapping[str, tuple[str, ...]] = {}  # replaced per reader
 
     def rules(self, data: object) -> Rules:
         if not isinstance(data, dict):
@@ -184,7 +178,8 @@ class _RulesReader(Reader):
         sources = self.sources(data.get("sources", {}))
         agents = self.agents(data.get("agents", {}))
         channels = self.channels(data.get("channels", {}))
-        self.known_sources = (*BUILTIN_SOURCES, *(n for n in sources if n not in BUILTIN_SOURCES))
+        builtin = self.builtin_sources
+        self.known_sources = (*builtin, *(n for n in sources if n not in builtin))
         rules = self.rule_list(data.get("rules", []), agents, channels)
         return Rules(
             version="",
@@ -378,12 +373,13 @@ class _RulesReader(Reader):
                     rule=rule,
                 )
             space, _, verb = name.partition(".")
-            if space == "github" and verb not in GITHUB_ACTIONS:
-                close = difflib.get_close_matches(verb, GITHUB_ACTIONS, n=1)
-                hint = f'did you mean "github.{close[0]}"? ' if close else ""
+            verbs = self.known_actions.get(space)
+            if verbs is not None and verb not in verbs:
+                close = difflib.get_close_matches(verb, verbs, n=1)
+                hint = f'did you mean "{space}.{close[0]}"? ' if close else ""
                 self.fail(
                     f'unknown action "{name}" ({hint}known: '
-                    f"{', '.join('github.' + v for v in GITHUB_ACTIONS)})",
+                    f"{', '.join(space + '.' + v for v in verbs)})",
                     field=f"{field}[{index}]",
                     rule=rule,
                 )

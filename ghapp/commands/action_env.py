@@ -36,6 +36,7 @@ from typing import Any
 from ghapp.commands.home import CHANNEL_ADAPTERS, home_from_env, init_home
 from ghapp.runtime.settings import DEFAULT_GITHUB_URL
 from kernel.rules import parse_rules
+from plugins.sources import github as github_source
 
 __all__ = [
     "MODES",
@@ -207,6 +208,8 @@ def prepare_home(renv: RunnerEnv) -> None:
         fmt=fmt,
         known_agent_adapters=frozenset(KNOWN_AGENT_ADAPTERS),
         known_channel_adapters=CHANNEL_ADAPTERS,
+        known_actions={github_source.SOURCE: github_source.ACTIONS},
+        sources=(github_source.SOURCE,),
     )
     init_home(home, rules_text=text)
     keep, drop = ("rules.toml", "rules.json") if fmt == "toml" else ("rules.json", "rules.toml")

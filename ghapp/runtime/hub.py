@@ -31,6 +31,7 @@ from kernel.model import OWNER_MATTER, Event, Rules
 from kernel.records import Card, EventRow, Matter, Turn
 from kernel.rules import parse_rules
 from plugins.protocols import Channel, Executor
+from plugins.sources import github as github_source
 
 log = logging.getLogger("autoloop.hub")
 
@@ -99,6 +100,8 @@ def load_rules(home: Path, *, agents: Iterable[str], channels: Iterable[str]) ->
         fmt="toml" if path.suffix == ".toml" else "json",
         known_agent_adapters=frozenset(agents),
         known_channel_adapters=frozenset(channels),
+        known_actions={github_source.SOURCE: github_source.ACTIONS},
+        sources=(github_source.SOURCE,),
     )
     try:
         ZoneInfo(rules.timezone)

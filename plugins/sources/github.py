@@ -68,7 +68,31 @@ from typing import Any
 
 from kernel.model import Event
 
-__all__ = ["KNOWN_EVENTS", "MARKER", "SOURCE", "event_type", "translate"]
+__all__ = [
+    "ACTIONS",
+    "KNOWN_EVENTS",
+    "MARKER",
+    "SOURCE",
+    "event_type",
+    "translate",
+]
+
+#: The verbs of the ``github`` executor: a rule's ``allow``/``approve`` may name no other
+#: (the rules loader is told, so that "github.coment" is a one-line error).
+ACTIONS = (
+    "comment",
+    "label",
+    "unlabel",
+    "close",
+    "reopen",
+    "assign",
+    "review",
+    "merge",
+    "update_branch",
+    "ready",
+    "progress",
+    "delete_branch",
+)
 
 SOURCE = "github"
 #: The hidden marker the App puts in every comment it writes.

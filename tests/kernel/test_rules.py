@@ -16,6 +16,7 @@ from kernel.errors import ConfigError, KernelError
 from kernel.model import AgentSpec, ChannelSpec, Event, Rule, SourceSpec, Trigger
 from kernel.routing import matches, matter_of
 from kernel.rules import parse_rules, rules_version, starter_rules_text
+from plugins.sources import github as github_source
 
 AGENT_ADAPTERS = frozenset({"claude", "command", "demo"})
 CHANNEL_ADAPTERS = frozenset({"desktop", "github-comment", "webhook", "console"})
@@ -66,10 +67,13 @@ EXAMPLE: dict[str, Any] = {
 
 
 def load(data: object, **kwargs: Any) -> Any:
+    # As the shell loads them: with the github plugin's source and executor verbs.
     return parse_rules(
         json.dumps(data),
         known_agent_adapters=AGENT_ADAPTERS,
         known_channel_adapters=CHANNEL_ADAPTERS,
+        known_actions={github_source.SOURCE: github_source.ACTIONS},
+        sources=(github_source.SOURCE,),
         **kwargs,
     )
 
@@ -647,7 +651,7 @@ ERRORS: list[tuple[str, Mutation, str]] = [
         "source misspelled",
         _set("rules.0.on.source", "gihub"),
         TRIAGE + 'field "on.source": unknown source "gihub" (did you mean "github"? known: '
-        "local, github, agent, timer, schedule, card, shop;",
+        "local, agent, timer, schedule, card, github, shop;",
     ),
     (
         "declared source misspelled",

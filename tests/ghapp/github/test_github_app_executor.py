@@ -19,8 +19,8 @@ from ghapp.github.executor import GitHubExecutor, find_marked
 from ghapp.github.retry import AmbiguousWrite, RateLimited
 from ghapp.runtime.settings import Settings
 from kernel.records import Action
-from kernel.rules import GITHUB_ACTIONS
 from plugins.protocols import ActionFailed
+from plugins.sources.github import ACTIONS as GITHUB_ACTIONS
 
 _ids = iter(range(1, 10_000))
 
