@@ -37,7 +37,7 @@ MERGE_ANSWER_GRACE = timedelta(minutes=10)  # an unanswered merge is then ambigu
 # doubling step of at most RECONCILE_STEP. The merge line of its base waits meanwhile, so
 # the grace is short: a merge that happens late cannot make a second one merge the PR
 # again (GitHub refuses to merge a merged PR, and the next merge is guarded by the head).
-RECONCILE_GRACE = timedelta(seconds=60)
+RECONCILE_GRACE = timedelta(seconds=30)
 RECONCILE_FIRST = timedelta(seconds=2)
 RECONCILE_STEP = timedelta(seconds=15)
 UNKNOWN_POLLS = 10  # re-reads while GitHub computes mergeability, then a card
