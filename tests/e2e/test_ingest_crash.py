@@ -19,7 +19,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,6 @@ from ghapp.runtime import crash
 from kernel.records import EventRow
 from tests import paths
 from tests.servers import free_port
-from tests.stores import drop_pg_schema, fresh_pg_url
 
 ROOT = paths.ROOT
 PAYLOAD = ROOT / "tests" / "fixtures" / "github" / "webhooks" / "issues" / "labeled.json"
@@ -339,7 +337,7 @@ async def crash_segment(
 
 def crash_points_run(
     tmp_path: Path,
-    store_env: dict[str, str],
+    ledger_env: dict[str, str],
     *,
     deliveries: int,
     kills: int,
@@ -364,7 +362,7 @@ def crash_points_run(
         per_pass = 1.0 if point == crash.AFTER_ACK else per_group
         nth = max(1, round(rng.uniform(0.5, 1.5) * share / per_pass))
         requests_before = cycle.requests
-        proc = start_server(home, port, log, {**store_env, crash.ENV: f"{point}:{nth}"})
+        proc = start_server(home, port, log, {**ledger_env, crash.ENV: f"{point}:{nth}"})
         try:
             asyncio.run(crash_segment(url, feed, cycle, proc, senders=senders))
             assert proc.wait(timeout=30) == -signal.SIGKILL, log.read_text()[-2000:]
@@ -377,13 +375,13 @@ def crash_points_run(
         if point != crash.AFTER_ACK:
             seen = (cycle.requests - requests_before) / nth
             per_group = max(1.0, (per_group + seen) / 2)
-        found = set(events_in(home, store_env))
+        found = set(events_in(home, ledger_env))
         lost = cycle.acked - found
         assert lost == set(), f"kill {i + 1} at {point}: {len(lost)} acknowledged, not stored"
         assert found <= cycle.sent  # nothing invented
         cycle.stored_unacked[point] += len(found & set(feed.unacked))
     # the last run: no hook; new deliveries up to the total, and every redelivery
-    proc = start_server(home, port, log, store_env)
+    proc = start_server(home, port, log, ledger_env)
     try:
         asyncio.run(
             crash_segment(
@@ -394,11 +392,11 @@ def crash_points_run(
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0, log.read_text()[-2000:]
-    ids = events_in(home, store_env)
+    ids = events_in(home, ledger_env)
     cycle.found = len(set(ids) & cycle.acked)
     lost = cycle.acked - set(ids)
     print(
-        f"\nkill -9 at named commit points ({store_env.get('AUTOLOOP_DB', 'sqlite')[:10]}"
+        f"\nkill -9 at named commit points ({ledger_env.get('AUTOLOOP_DB', 'sqlite')[:10]}"
         f"...): kills {sum(cycle.kills.values())} {cycle.kills}; deliveries sent "
         f"{len(cycle.sent)} ({cycle.requests} requests with redeliveries, "
         f"{cycle.failed} unanswered), acked {len(cycle.acked)}, found {cycle.found}, "
@@ -411,7 +409,7 @@ def crash_points_run(
     check = subprocess.run(
         [sys.executable, "-m", "ghapp.commands.cli", "rebuild", "--check"],
         cwd=ROOT,
-        env=env_for(home, store_env),
+        env=env_for(home, ledger_env),
         capture_output=True,
         text=True,
         timeout=300,
@@ -426,23 +424,10 @@ def crash_points_run(
     return cycle
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.pg)])
-def store_env(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
-    """The server's ledger: the home's SQLite file, or a fresh PostgreSQL schema."""
-    if request.param == "sqlite":
-        yield {}
-        return
-    url = fresh_pg_url()
-    try:
-        yield {"AUTOLOOP_DB": url}
-    finally:
-        drop_pg_schema(url)
-
-
 def test_kill_9_at_each_commit_point_loses_no_acknowledged_delivery(
-    tmp_path: Path, store_env: dict[str, str]
+    tmp_path: Path, ledger_env: dict[str, str]
 ) -> None:
-    cycle = crash_points_run(tmp_path, store_env, deliveries=400, kills=4)
+    cycle = crash_points_run(tmp_path, ledger_env, deliveries=400, kills=4)
     assert all(n == 1 for n in cycle.kills.values())
     assert len(cycle.sent) >= 400
 
@@ -450,9 +435,9 @@ def test_kill_9_at_each_commit_point_loses_no_acknowledged_delivery(
 @pytest.mark.slow
 @pytest.mark.timeout(3600)
 def test_kill_9_fifty_times_at_the_commit_points_over_ten_thousand_deliveries(
-    tmp_path: Path, store_env: dict[str, str]
+    tmp_path: Path, ledger_env: dict[str, str]
 ) -> None:
-    cycle = crash_points_run(tmp_path, store_env, deliveries=12_000, kills=60)
+    cycle = crash_points_run(tmp_path, ledger_env, deliveries=12_000, kills=60)
     assert sum(cycle.kills.values()) >= 50
     assert min(cycle.kills.values()) >= 12
     assert len(cycle.sent) >= 10_000
