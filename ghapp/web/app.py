@@ -308,11 +308,15 @@ def create_app(server: Server) -> Starlette:
         etype = data.get("type")
         if not isinstance(eid, str) or not isinstance(etype, str) or not eid or not etype:
             return _error(400, 'body needs string fields "id" and "type"')
+        named = data.get("subject")
+        subject = named if isinstance(named, str) else source
+        if "\x00" in eid or "\x00" in etype or "\x00" in subject:
+            # PostgreSQL's text holds no NUL character, and ids and subjects are keys
+            return _error(400, '"id", "type" and "subject" must not hold NUL characters')
         details = data.get("details") if isinstance(data.get("details"), dict) else {}
         why = problem(details)
         if why is not None:
             return _error(400, f'"details": {why}')
-        subject = data.get("subject") if isinstance(data.get("subject"), str) else source
         event = Event(
             source=source,
             id=eid,
