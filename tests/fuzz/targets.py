@@ -1,0 +1,751 @@
+"""The fuzz targets: what each one is fed, and what it must never do.
+
+A target has a Hypothesis strategy and ``check(example)``, which raises
+:class:`FuzzFailure` (an :class:`AssertionError`) when the input made the code under test
+fail: an exception that escaped, an HTTP status of 500 or more, a traceback in the
+answer, or a log record at ERROR or with a traceback. ``check_bytes(data)`` feeds the
+same code raw bytes, for atheris.
+
+The HTTP targets run the app of :func:`ghapp.web.app.create_app`, wired as ``autoloop
+serve`` wires it (:func:`ghapp.commands.serve.build`: hub, ingest queue, card links), on a
+SQLite ledger in a temporary home (``sync=off``: durability is not what is fuzzed here).
+Requests are ASGI calls on one event loop of this process: no sockets, so the count is
+of inputs, not of connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from hypothesis import strategies as st
+
+from ghapp.commands.home import CHANNEL_ADAPTERS, Home, init_home
+from ghapp.commands.serve import Running, build
+from ghapp.github.sansio import sign
+from ghapp.runtime.hub import load_rules
+from ghapp.runtime.links import LINK_TTL_S, CardLinks
+from ghapp.runtime.settings import Settings
+from ghapp.web.app import create_app
+from kernel.errors import ConfigError
+from kernel.model import Event, Receipt, ReceiptError, Rule
+from kernel.receipt import parse_receipt
+from kernel.records import Card
+from plugins.agents.registry import KNOWN_AGENT_ADAPTERS
+from tests import paths
+
+WEBHOOK_SECRET = "fuzz-webhook-secret"
+SOURCE_SECRET = "fuzz-source-secret"
+FORM = "application/x-www-form-urlencoded"
+FIXTURES = paths.FIXTURES / "github" / "webhooks"
+RULES: dict[str, Any] = {
+    "agents": {"demo": {"use": "demo"}},
+    "sources": {"shop": {"adapter": "hmac"}},
+    "rules": [
+        {"name": "gh", "on": {"source": "github"}, "agent": "demo", "parallel": True},
+        {"name": "shop", "on": {"source": "shop"}, "agent": "demo", "parallel": True},
+        {"name": "paint", "on": {"source": "local"}, "agent": "demo", "parallel": True},
+    ],
+}
+TRACEBACK = "Traceback (most recent call last)"
+
+
+class FuzzFailure(AssertionError):
+    """An input that made the code under test fail; the message says how."""
+
+
+# ------------------------------------------------------------------------ shared strategies
+
+JSON_LEAVES = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.integers(min_value=-(2**80), max_value=2**80)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=40)
+    | st.sampled_from(["", "\x00", "\u2028", "é", "../..", "%00", "${x}", "<script>", "a" * 300])
+)
+JSON = st.recursive(
+    JSON_LEAVES,
+    lambda inner: (
+        st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=12), inner, max_size=5)
+    ),
+    max_leaves=16,
+)
+
+
+def nested(depth: int, *, array: bool = False) -> bytes:
+    """A JSON document nested ``depth`` levels deep."""
+    if array:
+        return b"[" * depth + b"1" + b"]" * depth
+    return b'{"a":' * depth + b"1" + b"}" * depth
+
+
+DEEP = st.builds(nested, st.integers(min_value=1, max_value=20_000), array=st.booleans())
+HEADER_BYTES = st.binary(max_size=80).map(lambda b: b.replace(b"\r", b"").replace(b"\n", b""))
+
+
+def _json_bytes(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")
+
+
+# ------------------------------------------------------------------------ the HTTP harness
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.bad: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if record.exc_info or record.levelno >= logging.ERROR or TRACEBACK in text:
+            self.bad.append(f"{record.levelname} {record.name}: {text[:300]}")
+
+
+@dataclass
+class Answer:
+    status: int
+    body: bytes
+
+
+@dataclass
+class App:
+    """``autoloop serve``'s app on a fresh home, called as ASGI on one event loop."""
+
+    root: Path
+    running: Running
+    ctx: Home
+    app: Any
+    loop: asyncio.AbstractEventLoop
+    records: _Records
+    cards: list[str] = field(default_factory=list)  # open questions, for the card pages
+    statuses: Counter[int] = field(default_factory=Counter)  # answers by status
+
+    @classmethod
+    def start(cls, *, cards: int = 0) -> App:
+        root = Path(tempfile.mkdtemp(prefix="autoloop-fuzz-"))
+        home = root / "home"
+        init_home(home, rules_text=json.dumps(RULES))
+        env = {
+            "AUTOLOOP_HOME": str(home),
+            "AUTOLOOP_DB": f"sqlite:///{home / 'ledger.db'}?sync=off",
+            "AUTOLOOP_GITHUB_WEBHOOK_SECRET": WEBHOOK_SECRET,
+            "AUTOLOOP_SOURCE_SHOP_SECRET": SOURCE_SECRET,
+        }
+        ctx = Home.open(env=env, home=home)
+        running = build(
+            ctx, Settings.from_env(env), base_url="http://fuzz", poll_s=0.2, connect_github=False
+        )
+        running.start(worker=False)
+        loop = asyncio.new_event_loop()
+        records = _Records()
+        logging.getLogger().addHandler(records)
+        made = cls(root, running, ctx, create_app(running.server), loop, records)
+        made._open_questions(cards)
+        return made
+
+    def _open_questions(self, count: int) -> None:
+        """``count`` open questions, asked by the demo agent (one matter each)."""
+        hub = self.running.server.hub
+        for n in range(count):
+            hub.emit(Event(source="local", id=f"q{n}", type="hello.world", subject=f"wall-{n}"))
+        if count:
+            hub.drain()
+        with hub.store.read() as tx:
+            self.cards = sorted(
+                c.id for c in tx.query("card") if isinstance(c, Card) and c.kind_ == "ask"
+            )
+
+    def close(self) -> None:
+        logging.getLogger().removeHandler(self.records)
+        self.running.stop()
+        self.ctx.store.close()
+        self.loop.close()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        headers: list[tuple[bytes, bytes]],
+        chunks: list[bytes],
+        *,
+        disconnect: bool = False,
+        what: str = "",
+    ) -> Answer:
+        """One request; a :class:`FuzzFailure` when it breaks a rule of the target."""
+        self.records.bad.clear()
+        try:
+            answer = self.loop.run_until_complete(
+                self._asgi(method, path, headers, chunks, disconnect=disconnect)
+            )
+        except Exception as exc:
+            raise FuzzFailure(f"{what}: {type(exc).__name__} escaped: {exc}"[:2000]) from exc
+        self.statuses[answer.status] += 1
+        if answer.status >= 500:
+            raise FuzzFailure(f"{what}: answered {answer.status}: {answer.body[:500]!r}")
+        if TRACEBACK.encode() in answer.body:
+            raise FuzzFailure(f"{what}: a traceback in the answer: {answer.body[:500]!r}")
+        if self.records.bad:
+            raise FuzzFailure(f"{what}: logged {self.records.bad[:3]}")
+        return answer
+
+    async def _asgi(
+        self,
+        method: str,
+        path: str,
+        headers: list[tuple[bytes, bytes]],
+        chunks: list[bytes],
+        *,
+        disconnect: bool,
+    ) -> Answer:
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0", "spec_version": "2.3"},
+            "http_version": "1.1",
+            "method": method,
+            "scheme": "http",
+            "path": path,
+            "raw_path": quote(path, safe="/%").encode("ascii"),
+            "query_string": b"",
+            "root_path": "",
+            "headers": headers,
+            "client": ("127.0.0.1", 40000),
+            "server": ("fuzz", 80),
+            "state": {},
+        }
+        todo = list(chunks) or [b""]
+        status = 0
+        body: list[bytes] = []
+
+        async def receive() -> dict[str, Any]:
+            if todo:
+                chunk = todo.pop(0)
+                if disconnect and not todo:
+                    return {"type": "http.disconnect"}
+                return {"type": "http.request", "body": chunk, "more_body": bool(todo)}
+            await asyncio.sleep(0)
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            elif message["type"] == "http.response.body":
+                body.append(bytes(message.get("body", b"")))
+
+        await self.app(scope, receive, send)
+        if status == 0:
+            raise FuzzFailure(f"{method} {path}: the app answered nothing")
+        return Answer(status, b"".join(body))
+
+
+def _chunked(body: bytes, cuts: list[int]) -> list[bytes]:
+    """``body`` cut at the given offsets (taken modulo its length)."""
+    if not body or not cuts:
+        return [body]
+    points = sorted({c % len(body) for c in cuts} - {0})
+    return [body[a:b] for a, b in zip([0, *points], [*points, len(body)], strict=True)]
+
+
+# ------------------------------------------------------------------------ targets
+
+
+class Target:
+    name = ""
+    #: builds what the target needs (an app, a home): once per run of many inputs
+    needs_app = False
+    cards = 0
+
+    def __init__(self) -> None:
+        self.app: App | None = None
+        self.outcomes: Counter[str] = Counter()  # what the inputs gave, for the report
+
+    def __enter__(self) -> Target:
+        if self.needs_app:
+            self.app = App.start(cards=self.cards)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.app is not None:
+            self.outcomes.update(f"HTTP {code}" for code in self.app.statuses.elements())
+            self.app.close()
+            self.app = None
+
+    def strategy(self) -> st.SearchStrategy[Any]:
+        raise NotImplementedError
+
+    def check(self, example: Any) -> None:
+        raise NotImplementedError
+
+    def check_bytes(self, data: bytes) -> None:
+        raise NotImplementedError
+
+
+def _fixtures() -> list[tuple[str, dict[str, Any]]]:
+    out: list[tuple[str, dict[str, Any]]] = []
+    for path in sorted(FIXTURES.glob("*/*.json")):
+        data = json.loads(path.read_text())
+        if isinstance(data, dict):
+            out.append((path.parent.name, data))
+    return out
+
+
+def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    yield prefix
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            yield from _paths(inner, (*prefix, key))
+    elif isinstance(value, list):
+        for i, inner in enumerate(value[:5]):
+            yield from _paths(inner, (*prefix, i))
+
+
+def mutate(doc: Any, edits: list[tuple[int, Any, bool]]) -> Any:
+    """``doc`` with each edit applied: (which path, new value, delete instead)."""
+    doc = json.loads(json.dumps(doc))
+    for which, value, delete in edits:
+        spots = [p for p in _paths(doc) if p]
+        if not spots:
+            return value
+        where = spots[which % len(spots)]
+        parent = doc
+        for part in where[:-1]:
+            parent = parent[part]
+        if delete and isinstance(parent, dict):
+            del parent[where[-1]]
+        else:
+            parent[where[-1]] = value
+    return doc
+
+
+EDITS = st.lists(st.tuples(st.integers(0, 10**6), JSON, st.booleans()), max_size=4)
+
+
+class Webhook(Target):
+    """``POST /github/webhook``: GitHub's example payloads changed here and there, other
+    JSON, form bodies, bytes; signed right most of the time, so the parser and the
+    translator see them."""
+
+    name = "webhook"
+    needs_app = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fixtures = _fixtures()
+        self.names = sorted({name for name, _ in self.fixtures})
+        self.n = 0  # deliveries sent: each gets its own id unless the input names one
+
+    def strategy(self) -> st.SearchStrategy[Any]:
+        # Mostly what GitHub sends, a little changed (so the translator is reached);
+        # now and then anything at all. ``None`` keeps the GitHub-like choice.
+        def mostly(other: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+            return st.sampled_from([False] * 7 + [True]).flatmap(
+                lambda change: other if change else st.none()
+            )
+
+        return st.fixed_dictionaries(
+            {
+                "fixture": st.integers(0, len(self.fixtures) - 1),
+                "edits": EDITS,
+                "other": mostly(JSON.map(_json_bytes) | st.binary(max_size=2_000) | DEEP),
+                "event": mostly(st.sampled_from(self.names) | st.text(max_size=20)),
+                "form": st.sampled_from([False] * 4 + [True]),
+                "content_type": mostly(HEADER_BYTES),
+                "delivery": mostly(st.text(max_size=30) | st.text(min_size=190, max_size=260)),
+                "signature": st.sampled_from(["good"] * 6 + ["none", "other"]),
+                "raw_signature": HEADER_BYTES,
+                "length": mostly(HEADER_BYTES),
+                "cuts": st.lists(st.integers(0, 10**6), max_size=3),
+                "disconnect": st.sampled_from([False] * 29 + [True]),
+            }
+        )
+
+    def check(self, ex: dict[str, Any]) -> None:
+        assert self.app is not None
+        name, doc = self.fixtures[ex["fixture"]]
+        body: bytes = ex["other"] or _json_bytes(mutate(doc, ex["edits"]))
+        if ex["form"]:
+            body = urlencode({"payload": body.decode("utf-8", "replace")}).encode()
+        content_type = ex["content_type"] or (FORM if ex["form"] else "application/json").encode()
+        event = ex["event"] if ex["event"] is not None else name
+        self.n += 1
+        delivery = ex["delivery"] if ex["delivery"] is not None else f"fuzz-{self.n}"
+        headers = [
+            (b"content-type", content_type),
+            (b"x-github-event", event.encode("utf-8")),
+            (b"x-github-delivery", delivery.encode("utf-8")),
+        ]
+        if ex["signature"] == "good":
+            headers.append((b"x-hub-signature-256", sign(WEBHOOK_SECRET.encode(), body).encode()))
+        elif ex["signature"] == "other":
+            headers.append((b"x-hub-signature-256", ex["raw_signature"]))
+        if ex["length"] is not None:
+            headers.append((b"content-length", ex["length"]))
+        self.app.call(
+            "POST",
+            "/github/webhook",
+            headers,
+            _chunked(body, ex["cuts"]),
+            disconnect=ex["disconnect"],
+            what=f"webhook {event!r}",
+        )
+
+    def check_bytes(self, data: bytes) -> None:
+        assert self.app is not None
+        event = self.names[data[0] % len(self.names)] if data else "issues"
+        body = data[1:]
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"x-github-event", event.encode()),
+            (b"x-github-delivery", hashlib.sha256(data).hexdigest().encode()),
+            (b"x-hub-signature-256", sign(WEBHOOK_SECRET.encode(), body).encode()),
+        ]
+        self.app.call("POST", "/github/webhook", headers, [body], what="webhook")
+
+
+def _source_signature(body: bytes) -> bytes:
+    return hmac.new(SOURCE_SECRET.encode(), body, hashlib.sha256).hexdigest().encode()
+
+
+class Source(Target):
+    """``POST /v1/in/{source}``: events of any shape, bytes, nested details; signed right
+    most of the time."""
+
+    name = "source"
+    needs_app = True
+
+    def strategy(self) -> st.SearchStrategy[Any]:
+        event = st.dictionaries(
+            st.sampled_from(["id", "type", "subject", "summary", "link", "details", "hops", "x"]),
+            JSON,
+            max_size=7,
+        ).map(lambda d: {"id": "e", "type": "t", **d} if len(d) % 3 else d)
+        return st.fixed_dictionaries(
+            {
+                "body": event.map(_json_bytes)
+                | JSON.map(_json_bytes)
+                | st.binary(max_size=2_000)
+                | DEEP,
+                "source": st.sampled_from(["shop", "shop", "shop", "nope"]) | st.text(max_size=12),
+                "signature": st.sampled_from(["hex", "prefixed", "none", "other"]),
+                "raw_signature": HEADER_BYTES,
+                "cuts": st.lists(st.integers(0, 10**6), max_size=3),
+            }
+        )
+
+    def check(self, ex: dict[str, Any]) -> None:
+        assert self.app is not None
+        body: bytes = ex["body"]
+        headers = [(b"content-type", b"application/json")]
+        mac = _source_signature(body)
+        if ex["signature"] == "hex":
+            headers.append((b"x-signature-256", mac))
+        elif ex["signature"] == "prefixed":
+            headers.append((b"x-signature-256", b"sha256=" + mac))
+        elif ex["signature"] == "other":
+            headers.append((b"x-signature-256", ex["raw_signature"]))
+        self.app.call(
+            "POST", f"/v1/in/{ex['source']}", headers, _chunked(body, ex["cuts"]), what="source"
+        )
+
+    def check_bytes(self, data: bytes) -> None:
+        assert self.app is not None
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"x-signature-256", _source_signature(data)),
+        ]
+        self.app.call("POST", "/v1/in/shop", headers, [data], what="source")
+
+
+class CardPages(Target):
+    """``GET`` and ``POST /cards/{token}``: tokens of open questions, of unknown cards,
+    changed, expired, made up; form bodies, right and wrong."""
+
+    name = "cards"
+    needs_app = True
+    cards = 2
+
+    def __enter__(self) -> CardPages:
+        super().__enter__()
+        assert self.app is not None
+        links = self.app.running.server.links
+        assert links is not None and self.app.cards, "the demo agent asked no question"
+        self.links = links
+        ids = [*self.app.cards, "c999999", "", "nope"]
+        self.tokens = [links.token(c) for c in ids] + [links.token(self.app.cards[0], ttl_s=-1)]
+        return self
+
+    def strategy(self) -> st.SearchStrategy[Any]:
+        token = st.one_of(
+            st.integers(0, 10**6).map(lambda i: ("issued", i, "")),
+            st.tuples(st.just("changed"), st.integers(0, 10**6), st.text(max_size=3)),
+            st.text(max_size=80).map(lambda t: ("text", 0, t)),
+        )
+        form = st.one_of(
+            st.integers(-3, 12).map(lambda n: f"choice={n}".encode()),
+            st.text(max_size=40).map(lambda t: urlencode({"choice": t}).encode()),
+            st.binary(max_size=200),
+            st.lists(st.tuples(st.text(max_size=8), st.text(max_size=8)), max_size=12).map(
+                lambda kv: urlencode(kv).encode()
+            ),
+        )
+        return st.fixed_dictionaries(
+            {"method": st.sampled_from(["GET", "POST"]), "token": token, "form": form}
+        )
+
+    def token_of(self, spec: tuple[str, int, str]) -> str:
+        kind, n, text = spec
+        if kind == "text":
+            return text
+        token = self.tokens[n % len(self.tokens)]
+        if kind == "changed":
+            at = n % (len(token) + 1)
+            return token[:at] + text + token[at + 1 :]
+        return token
+
+    def check(self, ex: dict[str, Any]) -> None:
+        assert self.app is not None
+        token = self.token_of(ex["token"])
+        headers = [(b"content-type", FORM.encode())]
+        chunks = [ex["form"]] if ex["method"] == "POST" else []
+        self.app.call(ex["method"], f"/cards/{token}", headers, chunks, what=f"card {token!r}")
+
+    def check_bytes(self, data: bytes) -> None:
+        assert self.app is not None
+        token, _, form = data.partition(b"\n")
+        method = "POST" if form else "GET"
+        text = token.decode("utf-8", "replace")
+        headers = [(b"content-type", FORM.encode())]
+        self.app.call(method, f"/cards/{text}", headers, [form], what="card")
+
+
+RECEIPT_RULE = Rule(
+    name="triage", agent="coder", emits=("triage.done", "triage.skipped"), allow=("github.comment",)
+)
+RECEIPT_KEYS = st.sampled_from(
+    ["ask", "notice", "later", "resolve", "events", "actions", "emit", "x"]
+)
+RECEIPT_FIELDS = st.sampled_from(
+    [
+        "key",
+        "title",
+        "text",
+        "options",
+        "in",
+        "at",
+        "why",
+        "type",
+        "do",
+        "subject",
+        "details",
+        "params",
+        "x",
+    ]
+)
+RECEIPT_VALUES = JSON | st.sampled_from(
+    [
+        "5m",
+        "1h",
+        "triage.done",
+        "github.comment",
+        "2026-01-01T00:00:00Z",
+        "k",
+        ["a", "b"],
+        ["a", "a"],
+    ]
+)
+RECEIPT_BODY = st.dictionaries(
+    RECEIPT_KEYS,
+    st.lists(st.dictionaries(RECEIPT_FIELDS, RECEIPT_VALUES, max_size=5), max_size=3) | JSON,
+    max_size=4,
+)
+
+
+class ReceiptParser(Target):
+    """:func:`kernel.receipt.parse_receipt`: any agent's last message."""
+
+    name = "receipt"
+
+    def strategy(self) -> st.SearchStrategy[Any]:
+        block = RECEIPT_BODY.map(json.dumps) | st.text(max_size=200) | DEEP.map(bytes.decode)
+        fenced = st.builds(
+            lambda before, fence, lang, text, close, after: (
+                f"{before}{fence}{lang}\n{text}\n{fence if close else ''}{after}"
+            ),
+            st.text(max_size=40).map(lambda before: before + "\n"),
+            st.sampled_from(["```"] * 4 + ["````", "~~~", "``` ", " ```"]),
+            st.sampled_from(["autoloop"] * 4 + ["autoloop ", "AUTOLOOP", "json", ""]),
+            block,
+            st.booleans() | st.just(True),
+            st.text(max_size=40),
+        )
+        soup = st.text(alphabet='`~ \nautolp{}[]":,\r-', max_size=200)
+        return st.one_of(fenced, fenced, fenced, st.text(max_size=400), soup)
+
+    def check(self, message: str) -> None:
+        try:
+            result = parse_receipt(message, rule=RECEIPT_RULE)
+        except Exception as exc:
+            raise FuzzFailure(f"parse_receipt raised {type(exc).__name__}: {exc}"[:2000]) from exc
+        if not (result is None or isinstance(result, Receipt | ReceiptError)):
+            raise FuzzFailure(f"parse_receipt returned {type(result).__name__}")
+        self.outcomes[type(result).__name__] += 1
+        if isinstance(result, ReceiptError) and TRACEBACK in result.message:
+            raise FuzzFailure(f"a traceback in the receipt error: {result.message[:500]}")
+
+    def check_bytes(self, data: bytes) -> None:
+        self.check(data.decode("utf-8", "surrogateescape"))
+
+
+RULE_FIELDS = st.sampled_from(
+    ["name", "on", "every", "agent", "cwd", "skill", "access", "parallel", "emits", "allow",
+     "approve", "notify", "timeout_s", "budget_usd", "x"]
+)  # fmt: skip
+RULE_VALUES = JSON | st.sampled_from(
+    ["demo", "coder", "0 9 * * 1-5", "* * * * *", "61 25 * * *", "github.comment", "read",
+     {"source": "github", "type": "issues.*"}, {"source": "gihub"}, "/srv", True, 1800]
+)  # fmt: skip
+AGENT_SPECS = st.dictionaries(
+    st.sampled_from(["use", "command", "worker", "x"]),
+    st.sampled_from(["demo", "claude", "command", "nope"]) | JSON,
+    max_size=3,
+)
+SOURCE_SPECS = st.dictionaries(
+    st.sampled_from(["adapter", "header", "secret_env"]), JSON | st.just("hmac"), max_size=3
+)
+RULE_SPECS = st.dictionaries(RULE_FIELDS, RULE_VALUES, max_size=8)
+RULES_DOC = st.fixed_dictionaries(
+    {},
+    optional={
+        "agents": st.dictionaries(st.text(max_size=8), AGENT_SPECS, max_size=3) | JSON,
+        "rules": st.lists(RULE_SPECS, max_size=3) | JSON,
+        "sources": st.dictionaries(st.text(max_size=8), SOURCE_SPECS, max_size=2) | JSON,
+        "channels": JSON,
+        "timezone": st.sampled_from(["UTC", "Asia/Shanghai", "Nowhere/City", "../../etc"]) | JSON,
+        "max_hops": JSON,
+        "ask_first": JSON,
+        "x": JSON,
+    },
+)
+
+
+class RulesLoader(Target):
+    """:func:`ghapp.runtime.hub.load_rules`: ``rules.json`` or ``rules.toml`` of any bytes."""
+
+    name = "rules"
+
+    def __enter__(self) -> RulesLoader:
+        self.home = Path(tempfile.mkdtemp(prefix="autoloop-fuzz-rules-"))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        shutil.rmtree(self.home, ignore_errors=True)
+
+    def strategy(self) -> st.SearchStrategy[Any]:
+        text = st.one_of(
+            RULES_DOC.map(lambda d: json.dumps(d).encode()),
+            st.text(max_size=300).map(str.encode),
+            st.binary(max_size=300),
+            DEEP,
+            st.text(alphabet='[]{}=."\n abcrulesagent', max_size=200).map(str.encode),
+        )
+        return st.tuples(st.sampled_from(["json", "json", "toml"]), text)
+
+    def check(self, example: tuple[str, bytes]) -> None:
+        fmt, raw = example
+        for old in self.home.glob("rules.*"):
+            old.unlink()
+        (self.home / f"rules.{fmt}").write_bytes(raw)
+        try:
+            load_rules(self.home, agents=KNOWN_AGENT_ADAPTERS, channels=CHANNEL_ADAPTERS)
+            self.outcomes["Rules"] += 1
+        except ConfigError as exc:
+            self.outcomes["ConfigError"] += 1
+            text = str(exc)
+            if "\n" in text or TRACEBACK in text:
+                raise FuzzFailure(f"a ConfigError of more than one line: {text[:500]!r}") from exc
+        except Exception as exc:
+            raise FuzzFailure(f"load_rules raised {type(exc).__name__}: {exc}"[:2000]) from exc
+
+    def check_bytes(self, data: bytes) -> None:
+        self.check(("toml" if data[:1] == b"t" else "json", data[1:]))
+
+
+class LinkVerifier(Target):
+    """:meth:`ghapp.runtime.links.CardLinks.verify`: issued tokens verify to their card,
+    nothing else does (changed, expired, signed with another key, made up)."""
+
+    name = "links"
+
+    def __enter__(self) -> LinkVerifier:
+        self.now = 1_800_000_000.0
+        self.links = CardLinks(os.urandom(32), now=lambda: self.now)
+        self.other = CardLinks(os.urandom(32), now=lambda: self.now)
+        return self
+
+    def strategy(self) -> st.SearchStrategy[Any]:
+        card = st.text(
+            alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-:",
+            max_size=20,
+        )
+        return st.tuples(
+            card,
+            st.sampled_from(["issued", "changed", "expired", "other key", "text"]),
+            st.integers(0, 10**6),
+            st.text(max_size=4),
+            st.integers(-(LINK_TTL_S * 2), LINK_TTL_S * 2),
+        )
+
+    def check(self, example: tuple[str, str, int, str, int]) -> None:
+        card, kind, at, text, ttl = example
+        issued = self.links.token(card)
+        token = {
+            "issued": issued,
+            "changed": issued[: at % (len(issued) + 1)]
+            + text
+            + issued[at % (len(issued) + 1) + 1 :],
+            "expired": self.links.token(card, ttl_s=min(ttl, -1)),
+            "other key": self.other.token(card, ttl_s=abs(ttl) + 1),
+            "text": text + card,
+        }[kind]
+        try:
+            got = self.links.verify(token)
+        except Exception as exc:
+            raise FuzzFailure(f"verify({token!r}) raised {type(exc).__name__}: {exc}") from exc
+        want = card if token == issued else None
+        self.outcomes["verified" if got is not None else "refused"] += 1
+        if got != want:
+            raise FuzzFailure(f"verify({token!r}) gave {got!r}, not {want!r} ({kind})")
+
+    def check_bytes(self, data: bytes) -> None:
+        token = data.decode("utf-8", "surrogateescape")
+        try:
+            got = self.links.verify(token)
+        except Exception as exc:
+            raise FuzzFailure(f"verify({token!r}) raised {type(exc).__name__}: {exc}") from exc
+        if got is not None:
+            raise FuzzFailure(f"a made-up token {token!r} verified as card {got!r}")
+
+
+TARGETS: dict[str, Callable[[], Target]] = {
+    "webhook": Webhook,
+    "source": Source,
+    "cards": CardPages,
+    "receipt": ReceiptParser,
+    "rules": RulesLoader,
+    "links": LinkVerifier,
+}
