@@ -43,7 +43,8 @@ def main(argv: list[str]) -> int:
 
 def atheris_main(name: str, runs: int) -> int:
     """One target under atheris, the project's modules instrumented for coverage;
-    libFuzzer ends the process (non-zero on a failure, with the input saved)."""
+    libFuzzer ends the process (non-zero on a failure, with the input saved), without
+    Python's exit handlers: the target's temporary folder stays (under ``TMPDIR``)."""
     try:
         import atheris  # type: ignore[import-not-found]  # optional
     except ImportError:

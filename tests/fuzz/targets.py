@@ -82,7 +82,7 @@ JSON = st.recursive(
     lambda inner: (
         st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=12), inner, max_size=5)
     ),
-    max_leaves=16,
+    max_leaves=10,
 )
 
 
@@ -95,6 +95,13 @@ def nested(depth: int, *, array: bool = False) -> bytes:
 
 DEEP = st.builds(nested, st.integers(min_value=1, max_value=20_000), array=st.booleans())
 HEADER_BYTES = st.binary(max_size=80).map(lambda b: b.replace(b"\r", b"").replace(b"\n", b""))
+
+
+def _signature(kinds: list[str]) -> st.SearchStrategy[str | bytes]:
+    """One of ``kinds``; for ``"other"``, the bytes of a made-up signature header."""
+    return st.sampled_from(kinds).flatmap(
+        lambda kind: HEADER_BYTES if kind == "other" else st.just(kind)
+    )
 
 
 def _json_bytes(value: Any) -> bytes:
@@ -135,13 +142,14 @@ class App:
     statuses: Counter[int] = field(default_factory=Counter)  # answers by status
 
     @classmethod
-    def start(cls, *, cards: int = 0) -> App:
+    def start(cls, *, cards: int = 0, db_url: str | None = None) -> App:
+        """``db_url``: the ledger (default: SQLite in the home, without fsync)."""
         root = Path(tempfile.mkdtemp(prefix="autoloop-fuzz-"))
         home = root / "home"
         init_home(home, rules_text=json.dumps(RULES))
         env = {
             "AUTOLOOP_HOME": str(home),
-            "AUTOLOOP_DB": f"sqlite:///{home / 'ledger.db'}?sync=off",
+            "AUTOLOOP_DB": db_url or f"sqlite:///{home / 'ledger.db'}?sync=off",
             "AUTOLOOP_GITHUB_WEBHOOK_SECRET": WEBHOOK_SECRET,
             "AUTOLOOP_SOURCE_SHOP_SECRET": SOURCE_SECRET,
         }
@@ -270,13 +278,14 @@ class Target:
     needs_app = False
     cards = 0
 
-    def __init__(self) -> None:
+    def __init__(self, *, db_url: str | None = None) -> None:
+        self.db_url = db_url  # the HTTP targets' ledger (see App.start)
         self.app: App | None = None
         self.outcomes: Counter[str] = Counter()  # what the inputs gave, for the report
 
     def __enter__(self) -> Target:
         if self.needs_app:
-            self.app = App.start(cards=self.cards)
+            self.app = App.start(cards=self.cards, db_url=self.db_url)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -332,7 +341,7 @@ def mutate(doc: Any, edits: list[tuple[int, Any, bool]]) -> Any:
     return doc
 
 
-EDITS = st.lists(st.tuples(st.integers(0, 10**6), JSON, st.booleans()), max_size=4)
+EDITS = st.lists(st.tuples(st.integers(0, 10**6), JSON, st.booleans()), max_size=3)
 
 
 class Webhook(Target):
@@ -343,8 +352,8 @@ class Webhook(Target):
     name = "webhook"
     needs_app = True
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, *, db_url: str | None = None) -> None:
+        super().__init__(db_url=db_url)
         self.fixtures = _fixtures()
         self.names = sorted({name for name, _ in self.fixtures})
         self.n = 0  # deliveries sent: each gets its own id unless the input names one
@@ -366,8 +375,7 @@ class Webhook(Target):
                 "form": st.sampled_from([False] * 4 + [True]),
                 "content_type": mostly(HEADER_BYTES),
                 "delivery": mostly(st.text(max_size=30) | st.text(min_size=190, max_size=260)),
-                "signature": st.sampled_from(["good"] * 6 + ["none", "other"]),
-                "raw_signature": HEADER_BYTES,
+                "signature": _signature(["good"] * 6 + ["none", "other"]),
                 "length": mostly(HEADER_BYTES),
                 "cuts": st.lists(st.integers(0, 10**6), max_size=3),
                 "disconnect": st.sampled_from([False] * 29 + [True]),
@@ -391,8 +399,8 @@ class Webhook(Target):
         ]
         if ex["signature"] == "good":
             headers.append((b"x-hub-signature-256", sign(WEBHOOK_SECRET.encode(), body).encode()))
-        elif ex["signature"] == "other":
-            headers.append((b"x-hub-signature-256", ex["raw_signature"]))
+        elif isinstance(ex["signature"], bytes):
+            headers.append((b"x-hub-signature-256", ex["signature"]))
         if ex["length"] is not None:
             headers.append((b"content-length", ex["length"]))
         self.app.call(
@@ -429,20 +437,39 @@ class Source(Target):
     needs_app = True
 
     def strategy(self) -> st.SearchStrategy[Any]:
-        event = st.dictionaries(
+        text = st.text(max_size=24) | JSON_LEAVES.filter(lambda v: isinstance(v, str))
+        name = st.text(min_size=1, max_size=24) | st.sampled_from(
+            ["a\x00b", "\x00", "é", "a" * 300]
+        )
+        fields = st.fixed_dictionaries(
+            {"id": name, "type": name},
+            optional={
+                "subject": text | JSON,
+                "summary": text | JSON,
+                "link": text | JSON,
+                "details": st.dictionaries(st.text(max_size=12), JSON, max_size=5) | JSON,
+                "hops": JSON,
+                "x": JSON,
+            },
+        )
+        anything = st.dictionaries(
             st.sampled_from(["id", "type", "subject", "summary", "link", "details", "hops", "x"]),
             JSON,
             max_size=7,
-        ).map(lambda d: {"id": "e", "type": "t", **d} if len(d) % 3 else d)
+        )
+        event = st.one_of(fields, fields, fields, anything)
         return st.fixed_dictionaries(
             {
-                "body": event.map(_json_bytes)
-                | JSON.map(_json_bytes)
-                | st.binary(max_size=2_000)
-                | DEEP,
-                "source": st.sampled_from(["shop", "shop", "shop", "nope"]) | st.text(max_size=12),
-                "signature": st.sampled_from(["hex", "prefixed", "none", "other"]),
-                "raw_signature": HEADER_BYTES,
+                "body": st.one_of(
+                    *[event.map(_json_bytes)] * 3,
+                    JSON.map(_json_bytes),
+                    st.binary(max_size=2_000),
+                    DEEP,
+                ),
+                "source": st.sampled_from(["shop"] * 6 + ["nope"]).flatmap(
+                    lambda name: st.text(max_size=12) if name == "nope" else st.just(name)
+                ),
+                "signature": _signature(["hex"] * 3 + ["prefixed"] * 3 + ["none", "other"]),
                 "cuts": st.lists(st.integers(0, 10**6), max_size=3),
             }
         )
@@ -456,8 +483,8 @@ class Source(Target):
             headers.append((b"x-signature-256", mac))
         elif ex["signature"] == "prefixed":
             headers.append((b"x-signature-256", b"sha256=" + mac))
-        elif ex["signature"] == "other":
-            headers.append((b"x-signature-256", ex["raw_signature"]))
+        elif isinstance(ex["signature"], bytes):
+            headers.append((b"x-signature-256", ex["signature"]))
         self.app.call(
             "POST", f"/v1/in/{ex['source']}", headers, _chunked(body, ex["cuts"]), what="source"
         )
@@ -490,8 +517,11 @@ class CardPages(Target):
         return self
 
     def strategy(self) -> st.SearchStrategy[Any]:
+        issued = st.integers(0, 10**6).map(lambda i: ("issued", i, ""))
         token = st.one_of(
-            st.integers(0, 10**6).map(lambda i: ("issued", i, "")),
+            issued,
+            issued,
+            issued,
             st.tuples(st.just("changed"), st.integers(0, 10**6), st.text(max_size=3)),
             st.text(max_size=80).map(lambda t: ("text", 0, t)),
         )
