@@ -7,6 +7,10 @@ restarted on the same home: every delivery that got a 2xx must be in the ledger,
 projections must equal a replay of the facts (``autoloop rebuild --check``), and
 redelivering everything that was not acknowledged (as GitHub's "redeliver" does) must
 leave exactly one event per delivery.
+
+The second half kills the server at each named point of the commit protocol in turn,
+with the crash test hook (``AUTOLOOP_CRASH_AT``, :mod:`ghapp.runtime.crash`), on SQLite
+and on PostgreSQL: 4 kills over 400 deliveries in CI, 60 over 12,000 with ``--slow``.
 """
 
 from __future__ import annotations
@@ -393,11 +397,12 @@ def crash_points_run(
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0, log.read_text()[-2000:]
     ids = events_in(home, ledger_env)
+    store = "PostgreSQL" if "AUTOLOOP_DB" in ledger_env else "SQLite"
     cycle.found = len(set(ids) & cycle.acked)
     lost = cycle.acked - set(ids)
     print(
-        f"\nkill -9 at named commit points ({ledger_env.get('AUTOLOOP_DB', 'sqlite')[:10]}"
-        f"...): kills {sum(cycle.kills.values())} {cycle.kills}; deliveries sent "
+        f"\nkill -9 at named commit points ({store}): kills {sum(cycle.kills.values())} "
+        f"{cycle.kills}; deliveries sent "
         f"{len(cycle.sent)} ({cycle.requests} requests with redeliveries, "
         f"{cycle.failed} unanswered), acked {len(cycle.acked)}, found {cycle.found}, "
         f"lost {len(lost)}; stored though unanswered at the kill: {cycle.stored_unacked}; "
