@@ -9,5 +9,10 @@ directly). Each input must end without an escaping exception, with an HTTP statu
 - CI runs a slice: ``tests/fuzz/test_fuzz.py``.
 - The long run: ``python -m tests.fuzz --inputs 1000000`` (progress and per-target counts
   on stdout), or ``pytest --slow tests/fuzz``. ``--engine atheris`` drives one target with
-  atheris (coverage-guided, on bytes) instead, when ``pip install atheris`` worked.
+  atheris (coverage-guided, on bytes) instead, when ``pip install atheris`` worked (the
+  extra ``fuzz``); every target but the webhook endpoint (see ``tests/fuzz/__main__.py``).
+
+Modules: ``base`` (a target's shape, the JSON strategies), ``web`` (the app and the three
+HTTP targets), ``targets`` (the other three, and all six by name), ``driver`` (the long
+run), ``test_fuzz`` (CI's slice).
 """

@@ -8,6 +8,16 @@ import sys
 # The targets of tests.fuzz.targets.TARGETS, named here so that atheris can instrument
 # the project's modules before anything imports them.
 NAMES = ("webhook", "source", "cards", "receipt", "rules", "links")
+# Instrumented for atheris' coverage: the parsers and checkers the targets reach.
+INSTRUMENTED = ["ghapp.web", "ghapp.github.sansio", "ghapp.runtime.links",
+                "ghapp.runtime.details", "kernel.receipt", "kernel.fence", "kernel.rules",
+                "kernel.config"]  # fmt: skip
+# Not under atheris: the webhook target. Its requests are parsed, translated and redacted
+# on the ingest writer's thread, and under atheris 2.3.0 (CPython 3.11) that thread
+# crashes with SIGSEGV at its first input, even with no module instrumented and Python
+# coverage off; never without atheris (its hooks are not thread-safe). Hypothesis
+# fuzzes it.
+NOT_UNDER_ATHERIS = ("webhook",)
 
 
 def main(argv: list[str]) -> int:
@@ -34,6 +44,8 @@ def main(argv: list[str]) -> int:
     if args.engine == "atheris":
         if len(names) != 1:
             p.error("--engine atheris fuzzes one --target at a time")
+        if names[0] in NOT_UNDER_ATHERIS:
+            p.error(f"--target {names[0]} does not run under atheris (see NOT_UNDER_ATHERIS)")
         return atheris_main(names[0], args.inputs)
     from tests.fuzz.driver import run  # see NAMES
 
@@ -50,7 +62,7 @@ def atheris_main(name: str, runs: int) -> int:
     except ImportError:
         print("atheris is not installed: pip install atheris", file=sys.stderr)
         return 2
-    with atheris.instrument_imports(include=["kernel", "pipeline", "plugins", "ghapp"]):
+    with atheris.instrument_imports(include=INSTRUMENTED):
         from tests.fuzz.targets import TARGETS  # instrumented imports
 
     target = TARGETS[name]()

@@ -164,7 +164,7 @@ def test_a_million_inputs_over_the_six_targets_make_no_failure() -> None:
 
 
 @pytest.mark.skipif(importlib.util.find_spec("atheris") is None, reason="atheris not installed")
-@pytest.mark.parametrize("name", ["receipt", "links", "rules"])
+@pytest.mark.parametrize("name", ["source", "cards", "receipt", "rules", "links"])
 def test_atheris_finds_nothing_in_a_short_run(name: str, tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "tests.fuzz", "--engine", "atheris", "--target", name,
