@@ -37,11 +37,13 @@ from urllib.parse import parse_qs
 
 import orjson
 from starlette.applications import Starlette
+from starlette.background import BackgroundTask
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from ghapp.github.sansio import verify_signature
+from ghapp.runtime import crash
 from ghapp.runtime.details import MAX_BYTES as MAX_DETAILS_BYTES
 from ghapp.runtime.details import problem
 from ghapp.runtime.hub import Hub
@@ -126,6 +128,12 @@ def _content_digest(event_name: str, body: bytes) -> str:
     digest.update(b"\n")
     digest.update(body)
     return digest.hexdigest()
+
+
+def _after_ack() -> BackgroundTask | None:
+    """The crash test hook's last point (:mod:`ghapp.runtime.crash`), passed once the
+    answer is sent; nothing when the hook is not armed (always, outside those tests)."""
+    return BackgroundTask(crash.reach, crash.AFTER_ACK) if crash.armed() else None
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -268,7 +276,12 @@ def create_app(server: Server) -> Starlette:
                         server.on_comment(e)
         dup = all(c == "duplicate" for c in codes)
         answer = {"delivery": delivery, "events": len(events), "duplicate": dup}
-        return Response(orjson.dumps(answer), status_code=200, media_type="application/json")
+        return Response(
+            orjson.dumps(answer),
+            status_code=200,
+            media_type="application/json",
+            background=_after_ack(),
+        )
 
     async def generic_source(request: Request) -> Response:
         source = request.path_params["source"]
@@ -295,11 +308,15 @@ def create_app(server: Server) -> Starlette:
         etype = data.get("type")
         if not isinstance(eid, str) or not isinstance(etype, str) or not eid or not etype:
             return _error(400, 'body needs string fields "id" and "type"')
+        named = data.get("subject")
+        subject = named if isinstance(named, str) else source
+        if "\x00" in eid or "\x00" in etype or "\x00" in subject:
+            # PostgreSQL's text holds no NUL character, and ids and subjects are keys
+            return _error(400, '"id", "type" and "subject" must not hold NUL characters')
         details = data.get("details") if isinstance(data.get("details"), dict) else {}
         why = problem(details)
         if why is not None:
             return _error(400, f'"details": {why}')
-        subject = data.get("subject") if isinstance(data.get("subject"), str) else source
         event = Event(
             source=source,
             id=eid,
@@ -317,7 +334,11 @@ def create_app(server: Server) -> Starlette:
             return _unrecorded(f"event {eid!r} of source {source!r}", exc)
         if out.reply.code == "recorded":
             server.wake()
-        return JSONResponse({"code": out.reply.code, **dict(out.reply.data)}, status_code=200)
+        return JSONResponse(
+            {"code": out.reply.code, **dict(out.reply.data)},
+            status_code=200,
+            background=_after_ack(),
+        )
 
     async def card_page(request: Request) -> Response:
         links = server.links
