@@ -18,7 +18,6 @@ from fakegithub.render.core import Json, app, app_or_none, node_id, repository, 
 from fakegithub.render.pulls import pull_minimal
 from fakegithub.state import State, iso
 
-
 _TREES: dict[str, str] = {}  # commit sha -> its tree's sha (a commit never changes)
 _TREES_KEPT = 20_000
 

@@ -92,7 +92,7 @@ KILL_POINTS = ("before_insert", "before_commit", "after_commit")
 DISK_FULL = "database or disk is full"
 DEBUG = False
 PROGRESS_EVERY = 1000  # steps between progress calls
-KEPT_S = 6 * 3600.0  # webhook attempts and events the simulated GitHub keeps
+KEPT_S = 2 * 3600.0  # webhook attempts and events the simulated GitHub keeps
 
 RULES = Rules(
     version="sim-system-1",
@@ -152,8 +152,8 @@ MOVE_WEIGHTS: dict[str, float] = {
     "clock_jump": 0.2,
     "clock_fix": 0.8,
     # faults of the App's host
-    "kill": 0.1,
-    "crash": 0.05,
+    "kill": 0.06,
+    "crash": 0.03,
     "disk_full": 0.2,
 }
 
@@ -930,7 +930,7 @@ class SystemSim:
 
     def _ci_script(self) -> None:
         ci = "success" if self.rnd.random() < 0.8 else "failure"
-        self.world.set_ci({"ci": ci}, delay=self.rnd.randint(20, 900))
+        self.world.set_ci({"ci": ci}, delay=self.rnd.randint(20, 600))
         deploy = "success" if self.rnd.random() < 0.85 else "failure"
         self.world.set_deploy(delay=self.rnd.randint(20, 600), result=deploy)
 
@@ -1071,7 +1071,7 @@ class SystemSim:
 
     def _time(self) -> None:
         roll = self.rnd.random()
-        seconds = self.rnd.randint(1, 10) if roll < 0.85 else self.rnd.randint(30, 600)
+        seconds = self.rnd.randint(1, 5) if roll < 0.85 else self.rnd.randint(20, 300)
         self.clock.advance(seconds)
 
     def _clock_jump(self) -> None:
