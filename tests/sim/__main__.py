@@ -8,7 +8,8 @@
   5,000 steps; hours), a progress line every 10,000 steps. ``--steps`` and ``--seeds``
   change the split, ``--total`` the number of steps.
 
-Exit 0 when every invariant held, 1 (with the broken one on stderr) otherwise.
+Exit 0 when every invariant held, 1 (with the broken one on stderr) otherwise; with
+``--require-reached``, 2 when a fault or path of ``MUST_REACH`` was never reached.
 """
 
 from __future__ import annotations
@@ -44,6 +45,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--total", type=int, help="with --long: steps in all (default 10M)")
     parser.add_argument("--check-every", type=int, help="full replay comparison every N steps")
     parser.add_argument("--dir", type=Path, help="keep the ledgers here (default: a temp dir)")
+    parser.add_argument(
+        "--require-reached",
+        action="store_true",
+        help="with --system: exit 1 unless every fault and path of MUST_REACH was reached",
+    )
     args = parser.parse_args(argv)
     system = args.system or args.long
     steps = args.steps or (SYSTEM_STEPS if system else 2000)
@@ -61,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         where = args.dir or Path(tmp)
         where.mkdir(parents=True, exist_ok=True)
         if system:
-            return _system(args.first_seed, seeds, steps, check_every, where)
+            code, missing = _system(args.first_seed, seeds, steps, check_every, where)
+            return code or (2 if args.require_reached and missing else 0)
         return _hub(args.first_seed, seeds, steps, check_every, where)
 
 
@@ -91,7 +98,10 @@ def _hub(first: int, seeds: int, steps: int, check_every: int, where: Path) -> i
     return 0
 
 
-def _system(first: int, seeds: int, steps: int, check_every: int, where: Path) -> int:
+def _system(
+    first: int, seeds: int, steps: int, check_every: int, where: Path
+) -> tuple[int, list[str]]:
+    """Runs the seeds; the exit code and what of MUST_REACH was never reached."""
     began = time.perf_counter()
     reached: Counter[str] = Counter()
     checks: Counter[str] = Counter()
@@ -108,7 +118,7 @@ def _system(first: int, seeds: int, steps: int, check_every: int, where: Path) -
             summary = run_system(seed, steps, where, check_every=check_every, progress=progress)
         except InvariantBroken as exc:
             print(f"seed {seed}: INVARIANT BROKEN: {exc}", file=sys.stderr)
-            return 1
+            return 1, []
         for line in summary.lines() if seeds <= VERBOSE_SEEDS else summary.lines()[:1]:
             print(line, flush=True)
         done += summary.steps
@@ -132,7 +142,7 @@ def _system(first: int, seeds: int, steps: int, check_every: int, where: Path) -
     if missing:
         print("  never reached: " + ", ".join(missing))
     print("all invariants held (0 violations)")
-    return 0
+    return 0, missing
 
 
 if __name__ == "__main__":

@@ -81,7 +81,7 @@ class ApiFaults:
     rate_limit: float = 0.012
     lost: float = 0.012
     lost_502: float = 0.008
-    risky_lost: float = 0.2  # a merge or a branch update: its answer lost this often
+    risky_lost: float = 0.3  # a merge or a branch update: its answer lost this often
     on: bool = True
     reached: Counter[str] = field(default_factory=Counter)
 

@@ -81,7 +81,7 @@ from ghapp.web.app import BadBody, webhook_inputs
 from kernel import inputs as k
 from kernel.facts import content_key
 from kernel.model import AgentSpec, Rule, Rules, Trigger
-from kernel.records import Card, Pipeline, Timer, Turn
+from kernel.records import Action, Card, Pipeline, Timer, Turn
 from pipeline.stages import TERMINAL
 from tests.sim.invariants import InvariantBroken, Observer
 from tests.sim.sandbox import API, ApiFaults, Bridge, NoAnswer, SimClock, SimHooks, SimScheduler
@@ -418,7 +418,16 @@ class Node:
             sleep=sim.sleep,
         )
         self.bot = f"{sb.app.slug}[bot]"
-        self.hub.executors["github"] = GitHubExecutor(self.client, self.bot)
+        executor = GitHubExecutor(self.client, self.bot)
+        perform = executor.perform
+
+        def performed(action: Action) -> Mapping[str, Any]:
+            if action.attempts > 0:  # an earlier attempt may have landed: it reads back
+                sim.reached["action read back after an unclear attempt"] += 1
+            return perform(action)
+
+        executor.perform = performed  # type: ignore[method-assign]
+        self.hub.executors["github"] = executor
         self.client.bridge = sim.bridge
         self.client._jwt._parsed = sim.signing_key  # type: ignore[union-attr]  # parsed once
         self.deliveries = SimDeliveries(
