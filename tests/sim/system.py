@@ -47,11 +47,13 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import logging
 import random
 import re
 import sqlite3
 import time
+import traceback
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
@@ -90,8 +92,8 @@ T0 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
 REPO = "sandbox/demo"
 KILL_POINTS = ("before_insert", "before_commit", "after_commit")
 DISK_FULL = "database or disk is full"
-DEBUG = False
 PROGRESS_EVERY = 1000  # steps between progress calls
+PRUNE_EVERY = 500  # steps between the simulated GitHub's forgetting (see SystemSim.prune)
 KEPT_S = 2 * 3600.0  # webhook attempts and events the simulated GitHub keeps
 
 RULES = Rules(
@@ -503,13 +505,18 @@ class SystemSim:
         self.obs = Observer()
         self.errors: list[str] = []
 
-        # The fake GitHub: ids the same for the same seed, whatever ran before.
-        sandbox_module._INSTANCES = itertools.count(1 + seed % 50)
-        self.sandbox = Sandbox(
-            app_url="http://hub.sim/github/webhook",
-            base_url=API,
-            clock=self.clock.true_now,
-        )
+        # The fake GitHub: ids the same for the same seed, whatever ran before in this
+        # process (from a range of bases of their own; other sandboxes count on as before).
+        counter = sandbox_module._INSTANCES
+        sandbox_module._INSTANCES = itertools.count(1000 + seed % 1000)
+        try:
+            self.sandbox = Sandbox(
+                app_url="http://hub.sim/github/webhook",
+                base_url=API,
+                clock=self.clock.true_now,
+            )
+        finally:
+            sandbox_module._INSTANCES = counter
         sb = self.sandbox
         self.scheduler = SimScheduler(self.clock)
         sb.scheduler = self.scheduler  # type: ignore[assignment]
@@ -577,14 +584,10 @@ class SystemSim:
             cur = cur.__cause__ or cur.__context__
         if any(isinstance(e, GitHubError) for e in chain):
             self.reached[f"github trouble surfaced ({where})"] += 1
-            if DEBUG:
-                self.reached[f"DEBUG {where}: {type(exc).__name__}: {str(exc)[:80]}"] += 1
             return
         if any(DISK_FULL in str(e) for e in chain) or any(isinstance(e, StoreError) for e in chain):
             self.reached[f"disk full surfaced ({where})"] += 1
             return
-        import traceback
-
         self.errors.append(
             f"{where}: {type(exc).__name__}: {exc}\n" + "".join(traceback.format_exception(exc))
         )
@@ -630,10 +633,12 @@ class SystemSim:
                 self._after_step()
                 if n % self.check_every == 0:
                     self.full_check()
+                if n % PRUNE_EVERY == 0:
                     self.prune()
                 if progress is not None and n % PROGRESS_EVERY == 0:
                     progress(self.seed, n)
-            self.full_check()
+            if self.steps % self.check_every:
+                self.full_check()
             self.drain()
             self.full_check()
             self.final_check()
@@ -1120,8 +1125,6 @@ def _index(cumulative: list[float], x: float) -> int:
 
 
 def _json(value: Any) -> str:
-    import json
-
     return json.dumps(value, sort_keys=True)
 
 
