@@ -124,7 +124,7 @@ def test_the_whole_system_holds_its_invariants_over_a_million_steps(tmp_path: Pa
 def test_an_acknowledgement_without_a_commit_is_caught(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Put back the bug issue 13 measured (answered while nothing was stored): a webhook
+    """Put back a bug measured on main before (answered while nothing was stored): a webhook
     the ledger could not record is answered 200 as if it had been."""
     receive = system.Node.receive
 
