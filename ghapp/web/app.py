@@ -86,7 +86,7 @@ class Server:
     webhook_log: WebhookLog = field(default_factory=WebhookLog)
 
 
-class _BadBody(ValueError):
+class BadBody(ValueError):
     """A webhook body that is not a JSON object (answered 400)."""
 
 
@@ -107,18 +107,18 @@ def _webhook_payload(body: bytes, *, form: bool) -> dict[str, Any]:
                 body.decode("ascii"), keep_blank_values=True, max_num_fields=16, errors="strict"
             )
         except ValueError:  # non-ASCII bytes, bad UTF-8 escapes, too many fields
-            raise _BadBody("form body is not URL-encoded: send payload=<JSON>") from None
+            raise BadBody("form body is not URL-encoded: send payload=<JSON>") from None
         values = fields.get("payload", [])
         if len(values) != 1:
-            raise _BadBody('a form-encoded webhook needs one "payload" field holding the JSON')
+            raise BadBody('a form-encoded webhook needs one "payload" field holding the JSON')
         raw = values[0]
     try:
         payload = orjson.loads(raw)
     except ValueError:
         what = "the payload field" if form else "body"
-        raise _BadBody(f"{what} is not JSON: send application/json payloads") from None
+        raise BadBody(f"{what} is not JSON: send application/json payloads") from None
     if not isinstance(payload, dict):
-        raise _BadBody("body must be a JSON object")
+        raise BadBody("body must be a JSON object")
     return payload
 
 
@@ -134,6 +134,37 @@ def _after_ack() -> BackgroundTask | None:
     """The crash test hook's last point (:mod:`ghapp.runtime.crash`), passed once the
     answer is sent; nothing when the hook is not armed (always, outside those tests)."""
     return BackgroundTask(crash.reach, crash.AFTER_ACK) if crash.armed() else None
+
+
+def webhook_inputs(
+    name: str,
+    delivery: str,
+    body: bytes,
+    *,
+    form: bool = False,
+    app_slug: str | None = None,
+    app_id: int | None = None,
+) -> tuple[list[Event], list[k.Input]]:
+    """The events of one verified GitHub delivery, and the inputs that record them.
+
+    Raises :class:`BadBody` (a 400) for a body that is not a JSON object. The App's own
+    doings translate to no event: the delivery is then recorded as ignored, so that it
+    is known (a redelivery of it is a duplicate, the sweeper does not ask for it again).
+    """
+    payload = _webhook_payload(body, form=form)
+    events = translate(name, delivery, payload, app_slug=app_slug, app_id=app_id)
+    # GitHub signs the body only: the same body under a new delivery id is a replay (or
+    # the same event sent twice), recorded once. Each event of the delivery gets the
+    # body's key with its own suffix (":pr<N>").
+    content = "github:" + _content_digest(name, body)
+    if events:
+        inputs: list[k.Input] = [
+            k.Ingest(event=e, content_key=content + e.id[len(delivery) :]) for e in events
+        ]
+        return events, inputs
+    etype = event_type(name, payload)
+    own = Event(source="github", id=delivery, type=etype, subject="github")
+    return [], [k.Ingest(event=own, ignore="caused by this app", content_key=content)]
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -236,26 +267,15 @@ def create_app(server: Server) -> Starlette:
 
         def prepare() -> list[k.Input]:
             # runs in the ingest writer, beside the rest of its group's work (or aside)
-            payload = _webhook_payload(body, form=form)
-            events = translate(
-                name, delivery, payload, app_slug=server.app_slug, app_id=server.app_id
+            events, inputs = webhook_inputs(
+                name, delivery, body, form=form, app_slug=server.app_slug, app_id=server.app_id
             )
             found.extend(events)
-            # GitHub signs the body only: the same body under a new delivery id is a
-            # replay (or the same event sent twice), recorded once. Each event of the
-            # delivery gets the body's key with its own suffix (":pr<N>").
-            content = "github:" + _content_digest(name, body)
-            if events:
-                return [
-                    k.Ingest(event=e, content_key=content + e.id[len(delivery) :]) for e in events
-                ]
-            etype = event_type(name, payload)
-            own = Event(source="github", id=delivery, type=etype, subject="github")
-            return [k.Ingest(event=own, ignore="caused by this app", content_key=content)]
+            return inputs
 
         try:
             outs = await server.queue.submit(prepare, aside=big)
-        except _BadBody as exc:
+        except BadBody as exc:
             return _error(400, str(exc))
         except Exception as exc:  # the ledger cannot append (e.g. a full disk)
             m.inc("webhook_unrecorded_total")
