@@ -67,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         where = args.dir or Path(tmp)
         where.mkdir(parents=True, exist_ok=True)
         if system:
-            code, missing = _system(args.first_seed, seeds, steps, check_every, where)
+            keep = args.dir is not None
+            code, missing = _system(args.first_seed, seeds, steps, check_every, where, keep=keep)
             return code or (2 if args.require_reached and missing else 0)
         return _hub(args.first_seed, seeds, steps, check_every, where)
 
@@ -99,7 +100,7 @@ def _hub(first: int, seeds: int, steps: int, check_every: int, where: Path) -> i
 
 
 def _system(
-    first: int, seeds: int, steps: int, check_every: int, where: Path
+    first: int, seeds: int, steps: int, check_every: int, where: Path, *, keep: bool
 ) -> tuple[int, list[str]]:
     """Runs the seeds; the exit code and what of MUST_REACH was never reached."""
     began = time.perf_counter()
@@ -115,7 +116,9 @@ def _system(
 
     for seed in range(first, first + seeds):
         try:
-            summary = run_system(seed, steps, where, check_every=check_every, progress=progress)
+            summary = run_system(
+                seed, steps, where, check_every=check_every, progress=progress, keep=keep
+            )
         except InvariantBroken as exc:
             print(f"seed {seed}: INVARIANT BROKEN: {exc}", file=sys.stderr)
             return 1, []

@@ -51,6 +51,7 @@ import json
 import logging
 import random
 import re
+import shutil
 import sqlite3
 import time
 import traceback
@@ -1144,8 +1145,15 @@ def run_system(
     *,
     check_every: int = 5000,
     progress: Callable[[int, int], None] | None = None,
+    keep: bool = False,
 ) -> SystemSummary:
-    return SystemSim(seed, steps, directory, check_every=check_every).run(progress)
+    """One seed; its ledger folder is removed once every invariant held, unless ``keep``
+    (a long run makes thousands of them)."""
+    sim = SystemSim(seed, steps, directory, check_every=check_every)
+    summary = sim.run(progress)
+    if not keep:
+        shutil.rmtree(sim.home, ignore_errors=True)
+    return summary
 
 
 __all__ = ["MOVE_WEIGHTS", "MUST_REACH", "SystemSim", "SystemSummary", "run_system"]
