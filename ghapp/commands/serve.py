@@ -36,7 +36,13 @@ from ghapp.runtime.settings import Settings, SettingsError
 from ghapp.runtime.worker import WorkerLoop
 from ghapp.store.base import StoreError
 from ghapp.web.app import Server, create_app
-from ghapp.web.connections import HEADER_TIMEOUT_S, http_config, raise_open_files
+from ghapp.web.connections import (
+    HEADER_TIMEOUT_S,
+    event_loop,
+    guarded_protocol,
+    http_config,
+    raise_open_files,
+)
 from kernel.errors import ConfigError
 
 log = logging.getLogger("autoloop.serve")
@@ -138,6 +144,8 @@ def serving_in_thread(
     host: str = "127.0.0.1",
     header_timeout_s: float = HEADER_TIMEOUT_S,
     max_connections: int | None = None,
+    http: str = "auto",
+    loop: str = "auto",
 ) -> Iterator[str]:
     """Serve ``running`` (already started) with uvicorn in a thread of this process, for
     the demo and the tests; yields the base URL once the server listens."""
@@ -148,6 +156,8 @@ def serving_in_thread(
         log_level="error",
         header_timeout_s=header_timeout_s,
         max_connections=max_connections,
+        http=http,
+        loop=loop,
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
@@ -205,7 +215,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", default="local", help="this worker's name")
     p.add_argument("--config", type=Path, help="a TOML settings file")
     p.add_argument("--base-url", default="", help="public URL of this server, for card links")
+    p.add_argument(
+        "--http",
+        choices=("auto", "httptools", "h11"),
+        default=None,
+        help="HTTP parser (default: AUTOLOOP_HTTP, else auto: httptools when installed)",
+    )
+    p.add_argument(
+        "--loop",
+        choices=("auto", "uvloop", "asyncio"),
+        default=None,
+        help="event loop (default: AUTOLOOP_LOOP, else auto: uvloop when installed)",
+    )
     return p
+
+
+def stack(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[str, str]:
+    """The HTTP parser and the event loop to serve with: the flags, else
+    ``AUTOLOOP_HTTP``/``AUTOLOOP_LOOP``, else ``auto`` (the fastest one installed).
+    One that is unknown or not installed is a :class:`SettingsError`."""
+    http = args.http or env.get("AUTOLOOP_HTTP", "").strip().lower() or "auto"
+    loop = args.loop or env.get("AUTOLOOP_LOOP", "").strip().lower() or "auto"
+    try:
+        guarded_protocol(http)
+        event_loop(loop)
+    except ValueError as exc:
+        raise SettingsError(f"{exc} (--http/AUTOLOOP_HTTP, --loop/AUTOLOOP_LOOP)") from None
+    return http, loop
 
 
 def main(argv: list[str]) -> int:
@@ -217,6 +253,7 @@ def main(argv: list[str]) -> int:
     try:
         settings = Settings.from_env(env, args.config)
         require_home(settings.home, env)
+        http, loop = stack(args, env)
         sock = listen_socket(args.host, args.port)
     except (SettingsError, ConfigError) as exc:
         print(f"autoloop serve: {exc}", file=sys.stderr)
@@ -242,6 +279,8 @@ def main(argv: list[str]) -> int:
         create_app(running.server),
         host=args.host,
         port=port,
+        http=http,
+        loop=loop,
         log_level="warning",
         log_config=None,  # uvicorn's records go to our handler: one format, redacted
         access_log=False,
