@@ -30,11 +30,14 @@ from typing import Any
 import uvicorn
 
 from ghapp.commands.home import Home, configure_logs, read_master_key, require_home, reset_logs
+from ghapp.runtime.inbox import Inbox, inbox_path
 from ghapp.runtime.ingest import IngestQueue
+from ghapp.runtime.ledger import Outcome
 from ghapp.runtime.links import CardLinks
 from ghapp.runtime.settings import Settings, SettingsError
 from ghapp.runtime.worker import WorkerLoop
 from ghapp.store.base import StoreError
+from ghapp.store.sqlite import sqlite_file
 from ghapp.web.app import Server, create_app
 from ghapp.web.connections import (
     HEADER_TIMEOUT_S,
@@ -44,6 +47,7 @@ from ghapp.web.connections import (
     raise_open_files,
 )
 from kernel.errors import ConfigError
+from kernel.model import Event
 
 log = logging.getLogger("autoloop.serve")
 
@@ -55,11 +59,20 @@ class Running:
     queue: IngestQueue
     extras: list[Any]
     notes: list[str] = field(default_factory=list)  # printed once on start
+    inbox: Inbox | None = None
 
     def start(self, *, worker: bool = True) -> None:
         """Start the background parts: the ingest writer, the worker loop (unless
-        ``worker=False``) and whatever the GitHub App wired in (sweeper, answer desk)."""
+        ``worker=False``) and whatever the GitHub App wired in (sweeper, answer desk).
+        Deliveries a previous process acknowledged and left in the inbox are decided
+        first: by the time this returns, every acknowledged delivery is in the ledger."""
         self.queue.start()
+        if self.inbox is not None:
+            recovered = self.inbox.start()
+            if recovered:
+                self.notes.append(
+                    f"{recovered} delivery(ies) acknowledged before a restart were recorded"
+                )
         if worker:
             self.worker.start()
         for extra in self.extras:
@@ -73,6 +86,8 @@ class Running:
             if stop is not None:
                 stop()
         self.worker.stop()
+        if self.inbox is not None:
+            self.inbox.stop()  # decides every acknowledged delivery first
         self.queue.stop()
 
 
@@ -129,11 +144,44 @@ def build(
         links=links,
         wake=worker.wake,
     )
+    ledger_file = sqlite_file(ctx.store.url)
+    if secret is not None and ledger_file is not None:
+        server.inbox = make_inbox(server, ledger_file)
     if github is not None:
         from ghapp.commands.github_app import attach  # noqa: PLC0415  # only with GitHub configured
 
         extras.extend(attach(server, hub, github, links=links, env=ctx.env))
-    return Running(server=server, worker=worker, queue=queue, extras=extras, notes=notes)
+    return Running(
+        server=server, worker=worker, queue=queue, extras=extras, notes=notes, inbox=server.inbox
+    )
+
+
+def make_inbox(server: Server, ledger_file: Path) -> Inbox:
+    """The webhook inbox beside a SQLite ledger: what its translator decided is counted,
+    wakes the worker and reaches the GitHub App's handlers, as the webhook route did."""
+    m = server.metrics
+
+    def decided(events: list[Event], outs: list[Outcome]) -> None:
+        codes = [o.reply.code for o in outs]
+        m.inc("events_recorded_total", codes.count("recorded"))
+        m.inc("events_duplicate_total", codes.count("duplicate"))
+        if not events:
+            return
+        server.wake()
+        if server.on_events is not None:
+            server.on_events(events)
+        if server.on_comment is not None:
+            for e in events:
+                if e.type == "issue_comment.created":
+                    server.on_comment(e)
+
+    return Inbox(
+        inbox_path(ledger_file),
+        server.hub.ledger,
+        ledger_file,
+        identity=lambda: (server.app_slug, server.app_id),
+        on_decided=decided,
+    )
 
 
 @contextlib.contextmanager
