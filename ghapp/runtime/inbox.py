@@ -276,6 +276,7 @@ class Inbox:
             Received(name=r[3], delivery=r[1], body=r[5], form=bool(r[4]), digest=r[2], rowid=r[0])
             for r in rows
         ]
+        self._waiting = len(rows)
         if recovered:
             log.info("deciding %d delivery(ies) acknowledged before a restart", len(recovered))
             for start in range(0, len(recovered), BATCH):
@@ -526,6 +527,8 @@ class Inbox:
                 with self._deletes_lock:
                     self._deletes.extend(item.rowid for item in batch)
                 self._q.put(_FLUSH)
+            elif self._stopping:
+                return  # the rows stay in the inbox: the next start records them
             else:
                 failures += 1
                 self._halt.wait(0.05 * 2 ** min(failures, 5))  # at most 1.6 s apart

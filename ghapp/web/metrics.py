@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+if TYPE_CHECKING:  # prometheus_client loads at the first scrape: an idle server stays small
+    from prometheus_client.core import Metric
 
-from ghapp.runtime.inbox import Inbox
-from ghapp.runtime.ingest import IngestQueue
-from ghapp.store.base import Store
+    from ghapp.runtime.inbox import Inbox
+    from ghapp.runtime.ingest import IngestQueue
+    from ghapp.store.base import Store
 
 __all__ = ["Metrics", "render_metrics"]
 
@@ -62,6 +63,8 @@ class _Collector:
         self.metrics, self.ingest, self.store, self.inbox = metrics, ingest, store, inbox
 
     def collect(self) -> Iterator[Metric]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily  # noqa: PLC0415
+
         for name, value in sorted(self.metrics.counters.items()):
             base = name.removesuffix("_total")
             doc = COUNTERS.get(base, base.replace("_", " "))
@@ -113,6 +116,8 @@ class _Collector:
 
 
 def _inbox_metrics(inbox: Inbox) -> Iterator[Metric]:
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily  # noqa: PLC0415
+
     st = inbox.stats
     yield CounterMetricFamily(
         "autoloop_inbox_commits",
@@ -148,6 +153,8 @@ def render_metrics(
     """The page (Prometheus text, by ``prometheus_client``): the server's counters, the
     ingest queue's group commits, webhook acknowledgement latency, and the ledger's
     turns, cards and outbox actions by state."""
+    from prometheus_client import CollectorRegistry, generate_latest  # noqa: PLC0415
+
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Collector(metrics, ingest, store, inbox))
     return generate_latest(registry).decode()
