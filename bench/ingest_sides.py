@@ -228,6 +228,9 @@ def probot_ready(out: Any = print) -> Path | None:
     folder = CACHE / "probot"
     if not (folder / "node_modules" / "probot" / "package.json").exists():
         folder.mkdir(parents=True, exist_ok=True)
+        # a package of its own, so that npm installs here and nowhere above
+        package = {"name": "autoloop-bench-probot", "private": True, "type": "module"}
+        (folder / "package.json").write_text(json.dumps(package))
         out(f"installing {PROBOT} into {folder} (once)")
         done = subprocess.run(
             [npm, "install", "--no-audit", "--no-fund", "--loglevel=error", PROBOT],

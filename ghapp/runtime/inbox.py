@@ -12,7 +12,8 @@ Right after, a second thread of the same process translates what was appended (t
 GitHub source's pure translator), redacts it and decides it in the ledger, in batches;
 each batch commits to the ledger first, then its raw rows are deleted from the inbox
 (``secure_delete``: the freed pages are zeroed; the inbox's log is truncated whenever
-the inbox empties), so unredacted text does not stay on disk. A batch that cannot be
+the inbox empties, and the file gives back the pages a backlog took), so unredacted
+text does not stay on disk. A batch that cannot be
 decided (a full disk) stays in the inbox and is tried again. After a crash, what is
 still in the inbox is decided on start, before the server listens: every acknowledged
 delivery becomes its events. A row decided twice (a crash between the ledger's commit
@@ -21,8 +22,11 @@ and the row's deletion) is a duplicate for the kernel, recorded once.
 **Acks first.** Both threads share one core with the event loop (and Python's GIL).
 The translator runs while the ack path waits for the disk or has nothing to do: before
 each delivery it looks whether a request is being answered or queued for the writer,
-and waits while one is, unless :attr:`Inbox.backlog_max` deliveries are waiting. At
-that size the writer waits instead (backpressure): the inbox never grows without bound.
+or came or went in the last 2 ms, and waits while so, unless :attr:`Inbox.backlog_max`
+deliveries are waiting. So a burst is acknowledged at the rate the ack path alone
+allows, and decided as soon as it eases. At the limit the writer waits instead
+(backpressure): the inbox never grows without bound, and a sustained load is
+acknowledged no faster than it is decided.
 
 The inbox is used with a SQLite ledger. With PostgreSQL, replicas share the ledger but
 not a local file, so the webhook route decides before its ack there
@@ -33,7 +37,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import queue
 import sqlite3
@@ -44,25 +47,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs
-
-import orjson
 
 from ghapp.runtime.ledger import Ledger, Outcome, WriteError
+from ghapp.runtime.webhooks import inputs_for, webhook_payload
 from kernel import inputs as k
 from kernel.model import Event
-from plugins.sources.github import event_type, translate
 
-__all__ = [
-    "BACKLOG_MAX",
-    "BadBody",
-    "Inbox",
-    "Received",
-    "content_digest",
-    "inbox_path",
-    "inputs_for",
-    "webhook_payload",
-]
+__all__ = ["BACKLOG_MAX", "Inbox", "Received", "inbox_path"]
 
 log = logging.getLogger("autoloop.inbox")
 
@@ -72,6 +63,8 @@ MEMORY_ITEMS = 128  # waiting deliveries whose body stays in memory too (the res
 MEMORY_PAYLOADS = 16  # ... and whose decoded payload is kept (the rest: decoded again)
 BATCH = 64  # deliveries decided in one ledger transaction while the ack path is idle
 BATCH_BUSY = 8  # ... and while it has work: the GIL is held for less at a time
+IDLE_S = 0.002  # the ack path counts as busy this long after its last request
+GATHER_S = 0.01  # a delivery waits at most this long for others to share its ledger commit
 CHECKPOINT_S = 0.5
 
 SCHEMA = """
@@ -92,80 +85,12 @@ _SEEN_BODY = "SELECT 1 FROM fact_keys WHERE fkey >= ? AND fkey < ? LIMIT 1"
 _APPEND = "INSERT INTO inbox (delivery, digest, name, form, body, at) VALUES (?, ?, ?, ?, ?, ?)"
 
 
-# ------------------------------------------------------------------- the webhook's body
-
-
-class BadBody(ValueError):
-    """A webhook body that is not a JSON object (answered 400)."""
-
-
-def webhook_payload(body: bytes, *, form: bool) -> dict[str, Any]:
-    """The decoded payload of a webhook body, JSON or form-encoded.
-
-    A repository or organization webhook may be set to send
-    ``application/x-www-form-urlencoded``: the JSON is then the one ``payload`` field
-    (the signature still covers the raw body, checked before this)."""
-    raw: str | bytes = body
-    if form:
-        try:
-            fields = parse_qs(
-                body.decode("ascii"), keep_blank_values=True, max_num_fields=16, errors="strict"
-            )
-        except ValueError:  # non-ASCII bytes, bad UTF-8 escapes, too many fields
-            raise BadBody("form body is not URL-encoded: send payload=<JSON>") from None
-        values = fields.get("payload", [])
-        if len(values) != 1:
-            raise BadBody('a form-encoded webhook needs one "payload" field holding the JSON')
-        raw = values[0]
-    try:
-        payload = orjson.loads(raw)
-    except ValueError:
-        what = "the payload field" if form else "body"
-        raise BadBody(f"{what} is not JSON: send application/json payloads") from None
-    if not isinstance(payload, dict):
-        raise BadBody("body must be a JSON object")
-    return payload
-
-
-def content_digest(event_name: str, body: bytes) -> str:
-    """What a delivery is made of, hashed: its event name and raw body (SHA-256)."""
-    digest = hashlib.sha256(event_name.encode("latin-1", "replace"))  # as the header came
-    digest.update(b"\n")
-    digest.update(body)
-    return digest.hexdigest()
-
-
-def inputs_for(
-    name: str,
-    delivery: str,
-    payload: dict[str, Any],
-    digest: str,
-    *,
-    app_slug: str | None,
-    app_id: int | None,
-) -> tuple[list[Event], list[k.Input]]:
-    """The events of one delivery and the ledger inputs that record them.
-
-    GitHub signs the body only: the same body under a new delivery id is a replay (or
-    the same event sent twice), recorded once. Each event of the delivery gets the
-    body's key with its own suffix (``:pr<N>``). A delivery that yields no event (the
-    App's own doing) is recorded as ignored, so that it is a duplicate next time too."""
-    events = translate(name, delivery, payload, app_slug=app_slug, app_id=app_id)
-    content = "github:" + digest
-    if events:
-        return events, [
-            k.Ingest(event=e, content_key=content + e.id[len(delivery) :]) for e in events
-        ]
-    own = Event(source="github", id=delivery, type=event_type(name, payload), subject="github")
-    return [], [k.Ingest(event=own, ignore="caused by this app", content_key=content)]
+# ------------------------------------------------------------------------------- inbox
 
 
 def inbox_path(ledger_file: Path) -> Path:
     """The inbox beside a SQLite ledger: ``ledger.db`` -> ``ledger.inbox.db``."""
     return ledger_file.with_name(ledger_file.stem + ".inbox" + (ledger_file.suffix or ".db"))
-
-
-# ------------------------------------------------------------------------------- inbox
 
 
 @dataclass(slots=True)
@@ -229,6 +154,7 @@ class Inbox:
         # counters of the ack path, each written by one thread only (see _ack_busy)
         self.entered = 0  # event loop: requests whose body is read
         self.left = 0  # event loop: requests answered
+        self.active_at = 0.0  # event loop: time.monotonic() of the last one in or out
         self._committing = 0  # writer: requests in the commit under way
         self._q: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._todo: deque[Received] = deque()  # acknowledged, not decided yet (in order)
@@ -258,6 +184,7 @@ class Inbox:
     @staticmethod
     def _connect(path: Path) -> sqlite3.Connection:
         conn = sqlite3.connect(str(path), timeout=30, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA auto_vacuum=INCREMENTAL")  # (a new file only) shrinks once empty
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=FULL")
         conn.execute("PRAGMA secure_delete=ON")  # a deleted body's pages are zeroed
@@ -339,9 +266,13 @@ class Inbox:
         return await fut
 
     def _ack_busy(self) -> bool:
-        """Whether the ack path has work for the processor now: a request read and not
-        answered that is not waiting for the disk, or one queued for the writer."""
-        return self.entered - self.left - self._committing > 0 or not self._q.empty()
+        """Whether the ack path has work for the processor now, or had some in the last
+        :data:`IDLE_S`: a request read and not answered that is not waiting for the
+        disk, one queued for the writer, or one that came or went just now (under load
+        the next comes soon: the event loop reads it before it reaches the route)."""
+        if self.entered - self.left - self._committing > 0 or not self._q.empty():
+            return True
+        return time.monotonic() - self.active_at < IDLE_S
 
     def _write_loop(self) -> None:
         last = 0
@@ -507,6 +438,16 @@ class Inbox:
                     self._cv.wait(0.5)
                 if not self._todo and self._stopping:
                     return
+                # Each batch is a ledger commit, an fsync beside the inbox's: while the
+                # ack path is active, let a few more arrive first (at most GATHER_S).
+                due = self._todo[0].acked + GATHER_S
+                while (
+                    len(self._todo) < BATCH
+                    and not self._stopping
+                    and self._ack_busy()
+                    and (left := due - time.monotonic()) > 0
+                ):
+                    self._cv.wait(left)
             self._yield()
             size = BATCH_BUSY if self._ack_busy() else BATCH
             with self._cv:
@@ -612,8 +553,11 @@ class Inbox:
                 if self._commits == seen:
                     continue
                 seen = self._commits
-                mode = "TRUNCATE" if self._waiting <= 0 and not self._todo else "PASSIVE"
+                empty = self._waiting <= 0 and not self._todo
                 with contextlib.suppress(sqlite3.Error):
+                    if empty:  # give back the pages a backlog took (zeroed already)
+                        conn.execute("PRAGMA incremental_vacuum").fetchall()
+                    mode = "TRUNCATE" if empty else "PASSIVE"
                     conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
         finally:
             conn.close()

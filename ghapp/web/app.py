@@ -32,7 +32,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 import orjson
 from starlette.applications import Starlette
@@ -44,16 +43,10 @@ from ghapp.github.sansio import verify_signature
 from ghapp.runtime.details import MAX_BYTES as MAX_DETAILS_BYTES
 from ghapp.runtime.details import problem
 from ghapp.runtime.hub import Hub
-from ghapp.runtime.inbox import (
-    BadBody,
-    Inbox,
-    Received,
-    content_digest,
-    inputs_for,
-    webhook_payload,
-)
+from ghapp.runtime.inbox import Inbox, Received
 from ghapp.runtime.ingest import ASIDE_BYTES, IngestQueue
 from ghapp.runtime.links import CardLinks
+from ghapp.runtime.webhooks import BadBody, content_digest, inputs_for, webhook_payload
 from ghapp.web.access import WebhookLog
 from ghapp.web.cards import form_choice, render_card_page
 from ghapp.web.metrics import Metrics, render_metrics
@@ -93,11 +86,6 @@ class Server:
 
 def _media_type(request: Request) -> str:
     return request.headers.get("content-type", "").partition(";")[0].strip().lower()
-
-
-def _decoded(name: str, body: bytes, form: bool) -> tuple[dict[str, Any], str]:
-    """The payload of a webhook body (:class:`BadBody` if it is none) and its digest."""
-    return webhook_payload(body, form=form), content_digest(name, body)
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -198,7 +186,8 @@ def create_app(server: Server) -> Starlette:
         form = _media_type(request) == FORM
         inbox = server.inbox
         if inbox is not None:
-            item = Received(name=name, delivery=delivery, body=body, form=form, digest="")
+            digest = content_digest(name, signature or "")
+            item = Received(name=name, delivery=delivery, body=body, form=form, digest=digest)
             return await acknowledge(inbox, item, big=big, started=started)
         found: list[Event] = []
 
@@ -209,7 +198,7 @@ def create_app(server: Server) -> Starlette:
                 name,
                 delivery,
                 payload,
-                content_digest(name, body),
+                content_digest(name, signature or ""),
                 app_slug=server.app_slug,
                 app_id=server.app_id,
             )
@@ -246,13 +235,14 @@ def create_app(server: Server) -> Starlette:
         duplicate); its events are decided right after (:mod:`ghapp.runtime.inbox`)."""
         m = server.metrics
         inbox.entered += 1  # the ack path has work: the translator waits (see the inbox)
+        inbox.active_at = time.monotonic()
         try:
             name, delivery = item.name, item.delivery
             try:
-                if big:  # decoded and hashed off the event loop (and kept on disk only)
-                    _, item.digest = await asyncio.to_thread(_decoded, name, item.body, item.form)
+                if big:  # decoded off the event loop (and kept on disk only)
+                    await asyncio.to_thread(webhook_payload, item.body, form=item.form)
                 else:
-                    item.payload, item.digest = _decoded(name, item.body, item.form)
+                    item.payload = webhook_payload(item.body, form=item.form)
             except BadBody as exc:
                 return _error(400, str(exc))
             try:
@@ -266,6 +256,7 @@ def create_app(server: Server) -> Starlette:
             return Response(orjson.dumps(answer), status_code=200, media_type="application/json")
         finally:
             inbox.left += 1
+            inbox.active_at = time.monotonic()
 
     async def generic_source(request: Request) -> Response:
         source = request.path_params["source"]

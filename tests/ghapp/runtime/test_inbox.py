@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from ghapp.github.sansio import sign
 from ghapp.runtime.hub import RedactingLedger
-from ghapp.runtime.inbox import Inbox, Received, content_digest, inbox_path, webhook_payload
+from ghapp.runtime.inbox import Inbox, Received, inbox_path
 from ghapp.runtime.ledger import Outcome
+from ghapp.runtime.webhooks import content_digest, webhook_payload
 from ghapp.store.sqlite import SqliteStore
 from kernel.model import Event, Rules
 from kernel.records import EventRow
@@ -38,7 +40,7 @@ def delivery(n: int, *, body: bytes | None = None, name: str = "issues") -> Rece
         delivery=f"d-{n}",
         body=body,
         form=False,
-        digest=content_digest(name, body),
+        digest=content_digest(name, sign(b"s", body)),
         payload=webhook_payload(body, form=False),
     )
 
