@@ -1,9 +1,10 @@
 """The webhook inbox: a delivery is acknowledged once its raw body is durable, no later.
 
-``POST /github/webhook`` verifies the signature, checks that the body is a JSON object,
-and hands the delivery to :meth:`Inbox.submit`. One writer thread takes everything
-queued, checks each delivery against the inbox and the ledger (a delivery id or a body
-seen before is a duplicate, and is not stored again), appends the rest to the inbox (a
+``POST /github/webhook`` verifies the signature and hands the delivery to
+:meth:`Inbox.submit`. One writer thread takes everything queued, decodes each body (one
+that is not a JSON object is refused: the route answers 400), checks each delivery
+against the inbox and the ledger (a delivery id or a body seen before is a duplicate,
+and is not stored again), appends the rest to the inbox (a
 SQLite file of its own beside the ledger: WAL, ``synchronous=FULL``) in one
 transaction, and only after that commit answers each request. Nothing else waits for
 the disk in the ack path.
@@ -22,11 +23,12 @@ and the row's deletion) is a duplicate for the kernel, recorded once.
 **Acks first.** Both threads share one core with the event loop (and Python's GIL).
 The translator runs while the ack path waits for the disk or has nothing to do: before
 each delivery it looks whether a request is being answered or queued for the writer,
-or came or went in the last 2 ms, and waits while so, unless :attr:`Inbox.backlog_max`
-deliveries are waiting. So a burst is acknowledged at the rate the ack path alone
-allows, and decided as soon as it eases. At the limit the writer waits instead
-(backpressure): the inbox never grows without bound, and a sustained load is
-acknowledged no faster than it is decided.
+and waits while one is (woken when the last is answered), unless the oldest delivery
+waiting has waited :data:`DEFER_MAX_S` (10 s). So a burst is acknowledged at the rate
+the ack path alone allows and decided as soon as it eases; a load that never eases
+shares the processor after 10 s. Past :attr:`Inbox.backlog_max`
+deliveries waiting, the writer waits instead (backpressure): the inbox never grows
+without bound, and a sustained load is acknowledged no faster than it is decided.
 
 The inbox is used with a SQLite ledger. With PostgreSQL, replicas share the ledger but
 not a local file, so the webhook route decides before its ack there
@@ -49,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from ghapp.runtime.ledger import Ledger, Outcome, WriteError
-from ghapp.runtime.webhooks import inputs_for, webhook_payload
+from ghapp.runtime.webhooks import BadBody, inputs_for, webhook_payload
 from kernel import inputs as k
 from kernel.model import Event
 
@@ -59,11 +61,13 @@ log = logging.getLogger("autoloop.inbox")
 
 #: Deliveries waiting for translation before the ack path yields to it (and then waits).
 BACKLOG_MAX = 20_000
-MEMORY_ITEMS = 128  # waiting deliveries whose body stays in memory too (the rest: on disk)
-MEMORY_PAYLOADS = 16  # ... and whose decoded payload is kept (the rest: decoded again)
+MEMORY_ITEMS = 512  # waiting deliveries whose body stays in memory too (the rest: on disk)
+MEMORY_PAYLOADS = (
+    256  # ... and whose decoded payload is kept (~35 KB each; the rest: decoded again)
+)
 BATCH = 64  # deliveries decided in one ledger transaction while the ack path is idle
 BATCH_BUSY = 8  # ... and while it has work: the GIL is held for less at a time
-IDLE_S = 0.002  # the ack path counts as busy this long after its last request
+DEFER_MAX_S = 10.0  # the translator yields to the ack path until a delivery waited this long
 GATHER_S = 0.01  # a delivery waits at most this long for others to share its ledger commit
 CHECKPOINT_S = 0.5
 
@@ -103,6 +107,7 @@ class Received:
     form: bool
     digest: str
     payload: dict[str, Any] | None = None  # decoded already (None: decode again)
+    checked: bool = False  # decoded once already (a big body, off the event loop)
     rowid: int = 0
     acked: float = 0.0  # time.monotonic() of the commit that acknowledged it
 
@@ -154,8 +159,6 @@ class Inbox:
         # counters of the ack path, each written by one thread only (see _ack_busy)
         self.entered = 0  # event loop: requests whose body is read
         self.left = 0  # event loop: requests answered
-        self.active_at = 0.0  # event loop: time.monotonic() of the last one in or out
-        self._committing = 0  # writer: requests in the commit under way
         self._q: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._todo: deque[Received] = deque()  # acknowledged, not decided yet (in order)
         self._cv = threading.Condition()
@@ -265,14 +268,30 @@ class Inbox:
         self._q.put(_Ack(item, loop, fut))
         return await fut
 
+    def request_in(self) -> None:
+        """The webhook route read a request's body (event loop thread)."""
+        self.entered += 1
+
+    def request_out(self) -> None:
+        """The webhook route answered it (event loop thread); when none is left, the
+        translator may run."""
+        self.left += 1
+        if self.entered == self.left and self._todo:
+            with self._cv:
+                self._cv.notify_all()
+
     def _ack_busy(self) -> bool:
-        """Whether the ack path has work for the processor now, or had some in the last
-        :data:`IDLE_S`: a request read and not answered that is not waiting for the
-        disk, one queued for the writer, or one that came or went just now (under load
-        the next comes soon: the event loop reads it before it reaches the route)."""
-        if self.entered - self.left - self._committing > 0 or not self._q.empty():
+        """Whether the ack path has work: a request read and not answered yet (even one
+        waiting for the disk: its answer follows at once), or one queued for the writer."""
+        return self.entered != self.left or not self._q.empty()
+
+    def _overdue(self) -> bool:
+        """The backlog is at its limit, or its oldest delivery waited ``DEFER_MAX_S``:
+        the translator stops yielding (a steady load must not starve it)."""
+        todo = self._todo
+        if len(todo) >= self.backlog_max:
             return True
-        return time.monotonic() - self.active_at < IDLE_S
+        return bool(todo) and time.monotonic() - todo[0].acked > DEFER_MAX_S
 
     def _write_loop(self) -> None:
         last = 0
@@ -337,13 +356,20 @@ class Inbox:
             deletes, self._deletes = self._deletes, []
         cur = self._conn.cursor()
         fresh: list[Received] = []
-        dup: list[bool] = []
+        dup: list[bool | None] = []  # per request: a duplicate; None: refused (answered)
         now = time.time()
         try:
             cur.execute("BEGIN IMMEDIATE")
             try:
                 for ack in batch:
                     item = ack.item
+                    if item.payload is None and not item.checked:
+                        try:  # decoded here, beside the group's other work, not in the loop
+                            item.payload = webhook_payload(item.body, form=item.form)
+                        except BadBody as exc:
+                            ack.loop.call_soon_threadsafe(_set_exc, ack.future, exc)
+                            dup.append(None)
+                            continue
                     if self._seen_before(cur, item):
                         dup.append(True)
                         continue
@@ -356,14 +382,12 @@ class Inbox:
                     dup.append(False)
                 if deletes:
                     _delete(cur, deletes)
-                self._committing = len(batch)  # waiting for the disk from here
                 cur.execute("COMMIT")
             except BaseException:
                 if self._conn.in_transaction:
                     cur.execute("ROLLBACK")
                 raise
         except Exception as exc:
-            self._committing = 0
             self.write_error = WriteError(message=f"{type(exc).__name__}: {exc}", at=time.time())
             with self._deletes_lock:
                 self._deletes[:0] = deletes
@@ -372,14 +396,13 @@ class Inbox:
             return
         finally:
             cur.close()
-        self._committing = 0
         self._commits += 1
         if fresh:
             self.write_error = None
         acked = time.monotonic()
         self.stats.groups += 1
         self.stats.acked += len(fresh)
-        self.stats.duplicates += len(batch) - len(fresh)
+        self.stats.duplicates += dup.count(True)
         self._waiting += len(fresh) - len(deletes)
         if fresh:
             with self._cv:
@@ -393,7 +416,8 @@ class Inbox:
                 self._cv.notify_all()
         by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[bool], bool]]] = {}
         for ack, is_dup in zip(batch, dup, strict=True):
-            by_loop.setdefault(ack.loop, []).append((ack.future, is_dup))
+            if is_dup is not None:
+                by_loop.setdefault(ack.loop, []).append((ack.future, is_dup))
         for loop, done in by_loop.items():
             with contextlib.suppress(RuntimeError):  # a loop closed meanwhile
                 loop.call_soon_threadsafe(_set_results, done)
@@ -476,9 +500,11 @@ class Inbox:
 
     def _yield(self) -> None:
         """Acks first: wait while the ack path has work for the processor, unless the
-        backlog reached :attr:`backlog_max` (or the inbox is stopping)."""
-        while self._ack_busy() and len(self._todo) < self.backlog_max and not self._stopping:
-            time.sleep(0.0005)
+        backlog is overdue (or the inbox is stopping). Woken when the last request in
+        flight is answered or a commit starts waiting for the disk."""
+        while self._ack_busy() and not self._overdue() and not self._stopping:
+            with self._cv:
+                self._cv.wait(0.005)
 
     def _bodies(self, batch: list[Received]) -> None:
         """Read back the bodies kept on disk only."""

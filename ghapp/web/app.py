@@ -234,19 +234,16 @@ def create_app(server: Server) -> Starlette:
         """The inbox's ack: the body is a JSON object, then durable in the inbox (or a
         duplicate); its events are decided right after (:mod:`ghapp.runtime.inbox`)."""
         m = server.metrics
-        inbox.entered += 1  # the ack path has work: the translator waits (see the inbox)
-        inbox.active_at = time.monotonic()
+        inbox.request_in()  # the ack path has work: the translator waits (see the inbox)
         try:
             name, delivery = item.name, item.delivery
             try:
-                if big:  # decoded off the event loop (and kept on disk only)
+                if big:  # decoded off the event loop and the writer (kept on disk only)
                     await asyncio.to_thread(webhook_payload, item.body, form=item.form)
-                else:
-                    item.payload = webhook_payload(item.body, form=item.form)
+                    item.checked = True
+                dup = await inbox.submit(item)  # small bodies: decoded by the writer
             except BadBody as exc:
                 return _error(400, str(exc))
-            try:
-                dup = await inbox.submit(item)
             except Exception as exc:  # the inbox cannot append (e.g. a full disk)
                 m.inc("webhook_unrecorded_total")
                 return _unrecorded(f"webhook {delivery} ({name})", exc)
@@ -255,8 +252,7 @@ def create_app(server: Server) -> Starlette:
             answer = {"delivery": delivery, "duplicate": dup, "queued": not dup}
             return Response(orjson.dumps(answer), status_code=200, media_type="application/json")
         finally:
-            inbox.left += 1
-            inbox.active_at = time.monotonic()
+            inbox.request_out()
 
     async def generic_source(request: Request) -> Response:
         source = request.path_params["source"]
