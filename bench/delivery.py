@@ -3,17 +3,21 @@
 Run as users run it: ``autoloop serve`` as a process, pointed at the fake GitHub (in this
 process, on loopback), which runs scripted CI and sends signed webhooks.
 
-1. **Merge latency.** ``--pipelines`` PRs on one base are labelled ``deliver``,
-   ``--label-rate`` a second (0: all at once, a burst); a required check ``ci`` completes
-   on each ``--ci-delay`` seconds after its label, so with the defaults all of them are in
-   flight when the first checks complete, and the checks complete as they were labelled
-   (5 a second). For each PR (a check that passed before the label counts from the label):
+1. **Merge latency.** ``--pipelines`` PRs on one base are opened, then labelled
+   ``deliver``, ``--label-rate`` a second (0: all at once, a burst); a required check
+   ``ci`` completes on each ``--ci-delay`` seconds after it was opened, plus a seeded share
+   of ``--ci-spread`` seconds (100: about one a second over the 100 s, with bursts), so
+   with the defaults all of them are in flight when the first checks complete. With
+   ``--ci-spread 0`` they all complete within a few seconds of each other: merges on one
+   base go one at a time, so that run measures how fast the merge line moves. For each
+   PR (a check that passed before the label counts from the label):
    the time from its last required check completing (the fake records the instant) to
    the merge call reaching the fake (``PUT .../merge``), p50/p99: receiving the webhook,
    deciding, re-reading the PR and its checks, and the merge call itself. The fake sends
-   its webhooks one at a time, in order (GitHub sends them concurrently), so the time
-   from the fake *sending* the check's webhook to the merge call is given too: what is
-   left once the fake's own queue is taken out.
+   ``--senders`` webhooks at once (8), as GitHub sends them concurrently; ``--senders 1``
+   sends them one at a time, in order, and then most of the time is the check's webhook
+   waiting in the fake's queue. The time from the fake *sending* that webhook to the
+   merge call is given too.
 2. **Waiting costs nothing.** ``--waiting`` PRs are labelled while their checks take
    longer than the window; once every pipeline waits, the server's CPU seconds over
    ``--window`` seconds (from ``/proc``), against the same server over the same window
@@ -27,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -52,6 +57,10 @@ required_checks = ["ci"]
 update_branch = false
 """
 RULES = {"agents": {"demo": {"use": "demo"}}, "rules": []}
+# Webhook deliveries the fake GitHub has in flight at once. GitHub sends them concurrently
+# (and so not always in order); one sender would queue every check's webhook behind all
+# the others, and measure the fake's queue instead of the server.
+SENDERS = 8
 
 
 # ------------------------------------------------------------------------------ server
@@ -170,11 +179,19 @@ def prepare(gh: SandboxHandle, ci_delay: float) -> None:
     world.settle(timeout=30)
 
 
-def open_prs(gh: SandboxHandle, n: int, tag: str) -> list[int]:
-    return [
-        gh.world.open_pr("contributor", f"{tag}-{i}", f"{tag} {i}", files={f"{tag}/{i}.txt": "x\n"})
-        for i in range(n)
-    ]
+def open_prs(
+    gh: SandboxHandle, n: int, tag: str, ci_delay: float | None = None, spread: float = 0.0
+) -> list[int]:
+    """``n`` PRs; with ``ci_delay``, each one's CI takes that long plus a share of
+    ``spread`` (seeded: the same run gives the same times)."""
+    rng = random.Random(n)  # reproducible times, not security
+    numbers = []
+    for i in range(n):
+        if ci_delay is not None:
+            gh.world.set_ci({"ci": "success"}, delay=ci_delay + rng.uniform(0, spread))
+        files: dict[str, str | None] = {f"{tag}/{i}.txt": "x\n"}
+        numbers.append(gh.world.open_pr("contributor", f"{tag}-{i}", f"{tag} {i}", files=files))
+    return numbers
 
 
 def check_done_at(gh: SandboxHandle, timings: Timings, number: int) -> datetime | None:
@@ -186,12 +203,23 @@ def check_done_at(gh: SandboxHandle, timings: Timings, number: int) -> datetime 
 # --------------------------------------------------------------------------- the runs
 
 
-def merge_latency(n: int, ci_delay: float, rate: float, timeout: float) -> dict[str, Any]:
-    with running_sandbox() as gh, tempfile.TemporaryDirectory() as tmp:
+def merge_latency(
+    n: int,
+    ci_delay: float,
+    rate: float,
+    timeout: float,
+    *,
+    senders: int = SENDERS,
+    spread: float = 0.0,
+) -> dict[str, Any]:
+    with (
+        running_sandbox(webhook_senders=senders) as gh,
+        tempfile.TemporaryDirectory() as tmp,
+    ):
         prepare(gh, ci_delay)
         timings = Timings(gh)
         with serving(gh, Path(tmp) / "home") as proc:
-            numbers = open_prs(gh, n, "lat")
+            numbers = open_prs(gh, n, "lat", ci_delay, spread)
             requests_before = len(gh.world.audit.entries())
             cpu_before = cpu_s(proc.pid)
             started = time.monotonic()
@@ -220,6 +248,8 @@ def merge_latency(n: int, ci_delay: float, rate: float, timeout: float) -> dict[
                 ours.append((merged_at - sent).total_seconds())
     return {
         "pipelines": n,
+        "senders": senders,
+        "spread_s": spread,
         "merged": len(timings.merges),
         "merge_calls": len(merges),
         "seconds": round(took, 1),
@@ -261,22 +291,42 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--window", type=float, default=60.0, help="seconds of CPU measured")
     p.add_argument("--ci-delay", type=float, default=25.0, help="seconds the ci check takes")
     p.add_argument("--label-rate", type=float, default=5.0, help="labels a second (0: a burst)")
+    p.add_argument(
+        "--ci-spread",
+        type=float,
+        default=100.0,
+        help="each PR's ci takes --ci-delay plus up to this many seconds more (0: all at once)",
+    )
+    p.add_argument(
+        "--senders",
+        type=int,
+        default=SENDERS,
+        help="webhooks the fake GitHub sends at once (1: one at a time, in order)",
+    )
     p.add_argument("--quick", action="store_true", help="tiny sizes: checks it runs")
     args = p.parse_args(argv)
     if args.quick:
         args.pipelines, args.waiting, args.window, args.ci_delay = 3, 3, 2.0, 2.0
+        args.ci_spread = 1.0
     lat = merge_latency(
-        args.pipelines, args.ci_delay, args.label_rate, timeout=120 + args.pipelines * 2
+        args.pipelines,
+        args.ci_delay,
+        args.label_rate,
+        timeout=120 + args.ci_spread + args.pipelines * 2,
+        senders=args.senders,
+        spread=args.ci_spread,
     )
     print(
         f"merge latency, {lat['pipelines']} pipelines on one base "
-        f"(labelled {args.label_rate:g}/s, ci takes {args.ci_delay:g} s): "
+        f"(labelled {args.label_rate:g}/s, ci takes {args.ci_delay:g} s plus up to "
+        f"{args.ci_spread:g} s, the fake sends "
+        f"{lat['senders']} webhooks at once): "
         f"{lat['merged']} merged with {lat['merge_calls']} merge calls in {lat['seconds']} s; "
         f"from the last required check completing to the merge call: "
         f"p50 {fmt(lat['p50_s'])}, p99 {fmt(lat['p99_s'])}, max {fmt(lat['max_s'])} "
         f"(target p99 < 1 s: {'met' if (lat['p99_s'] or 99) < 1 else 'MISSED'}); "
-        f"from the fake GitHub sending that check's webhook (it sends one at a time, in "
-        f"order) to the merge call: p50 {fmt(lat['ours_p50_s'])}, p99 {fmt(lat['ours_p99_s'])}; "
+        f"from the fake GitHub sending that check's webhook to the merge call: "
+        f"p50 {fmt(lat['ours_p50_s'])}, p99 {fmt(lat['ours_p99_s'])}; "
         f"per pipeline until the last merge: {lat['server_cpu_ms_per_pipeline']} ms of server "
         f"CPU, {lat['github_requests_per_pipeline']} requests to GitHub"
     )

@@ -40,6 +40,7 @@ class Sandbox:
         token_lifetime: timedelta = timedelta(hours=1),
         fault_seed: int | None = None,
         key: KeyPair | None = None,
+        webhook_senders: int = 1,
     ) -> None:
         self.state = State(clock=clock, base_url=base_url)
         self.state.first_ids(1000 + 100_000 * next(_INSTANCES))
@@ -52,7 +53,7 @@ class Sandbox:
         self.auth = Auth(self.state, token_lifetime=token_lifetime)
         self.audit = AuditLog(self.state)
         self.faults = Faults(fault_seed)
-        self.hooks = WebhookSender(self.state, self.app, self.faults)
+        self.hooks = WebhookSender(self.state, self.app, self.faults, senders=webhook_senders)
         self.state.listeners.append(self.hooks.on_event)
         self.scheduler = Scheduler()
         self.world = World(self)

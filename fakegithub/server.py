@@ -165,8 +165,11 @@ def running_sandbox(
     token_lifetime: timedelta = timedelta(hours=1),
     clock: Callable[[], datetime] = utc_now,
     fault_seed: int | None = None,
+    webhook_senders: int = 1,
 ) -> Iterator[SandboxHandle]:
-    """Runs a fresh sandbox on loopback in a background thread for the ``with`` block."""
+    """Runs a fresh sandbox on loopback in a background thread for the ``with`` block
+    (``webhook_senders``: deliveries in flight at once, see
+    :class:`~fakegithub.webhooks.WebhookSender`)."""
     port = port or free_port(host)
     api_url = f"http://{host}:{port}"
     sandbox = Sandbox(
@@ -175,6 +178,7 @@ def running_sandbox(
         clock=clock,
         token_lifetime=token_lifetime,
         fault_seed=fault_seed,
+        webhook_senders=webhook_senders,
     )
     with tempfile.TemporaryDirectory(prefix="autoloop-sandbox-") as folder:
         key_path = write_private_key(sandbox.private_key_pem, Path(folder))

@@ -97,36 +97,52 @@ class _Job:
 
 
 class WebhookSender:
-    """Delivers one App's webhooks from a background thread."""
+    """Delivers one App's webhooks from background threads.
 
-    def __init__(self, state: State, app: App, faults: Faults, *, timeout: float = 10.0) -> None:
+    ``senders`` threads take the deliveries in turn: with one (the default) they reach
+    the App one at a time, in the order of their events; with more, several are in
+    flight at once and may arrive out of order, as GitHub sends them.
+    """
+
+    def __init__(
+        self, state: State, app: App, faults: Faults, *, timeout: float = 10.0, senders: int = 1
+    ) -> None:
         self.state = state
         self.app = app
         self.faults = faults
         self.timeout = timeout
+        self.senders = max(1, senders)
         self.dropped: list[Event] = []
         self._deliveries: list[Delivery] = []
         self._lock = threading.Lock()
         self._queue: queue.Queue[_Job | None] = queue.Queue()
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
         self._client: httpx.Client | None = None
         self._next_id = 100000
 
     # -- lifecycle -----------------------------------------------------------------------
 
     def start(self) -> None:
-        if self._thread is None:
+        if not self._threads:
             import httpx  # noqa: PLC0415  # imported late: it is slow to import, and only sending needs it
 
-            self._client = httpx.Client(timeout=self.timeout, trust_env=False)
-            self._thread = threading.Thread(target=self._run, name="sandbox-webhooks", daemon=True)
-            self._thread.start()
+            limits = httpx.Limits(
+                max_connections=self.senders, max_keepalive_connections=self.senders
+            )
+            self._client = httpx.Client(timeout=self.timeout, trust_env=False, limits=limits)
+            for n in range(self.senders):
+                thread = threading.Thread(
+                    target=self._run, name=f"sandbox-webhooks-{n}", daemon=True
+                )
+                thread.start()
+                self._threads.append(thread)
 
     def stop(self) -> None:
-        if self._thread is not None:
+        for _ in self._threads:
             self._queue.put(None)
-            self._thread.join(timeout=self.timeout + 2)
-            self._thread = None
+        for thread in self._threads:
+            thread.join(timeout=self.timeout + 2)
+        self._threads = []
         if self._client is not None:
             self._client.close()
             self._client = None

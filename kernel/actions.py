@@ -1,8 +1,9 @@
 """Write-backs the hub performs for an agent: each attempt claimed, each result recorded once.
 
 A performer claims an allowed action before it attempts it (one performer at a time,
-across hubs); the claim lapses after ``lease_s``, and whoever takes over reads back
-first (``attempts`` counts the attempts made before).
+across hubs); the claim lapses after ``lease_s`` (or at once when the caller names its
+claimant in ``lapsed``: a process it found dead), and whoever takes over reads back first
+(``attempts`` counts the attempts made before).
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ def action_tried(ctx: Context, inp: ActionTried) -> Reply:
     if inp.by:
         if a.status != "allowed":
             return Reply(ok=False, code="not_allowed", message=f"action {a.id} is {a.status}")
-        if a.claimed_by and a.claimed_by != inp.by and a.claim_until > ctx.at:
+        live = a.claimed_by not in ("", inp.by, inp.lapsed) and a.claim_until > ctx.at
+        if live:
             return Reply(
                 ok=False,
                 code="busy",

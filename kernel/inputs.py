@@ -138,6 +138,9 @@ class ActionTried:
     error: str = ""
     by: str = ""  # who performs it (a hub process); empty: no claim is taken
     lease_s: int = 0
+    # A claimant the caller found dead (a process of its own machine that is gone): its
+    # claim is taken over at once instead of when its lease ends.
+    lapsed: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

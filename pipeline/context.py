@@ -33,8 +33,13 @@ REVIEW_TIMEOUT = timedelta(hours=2)  # the review agent's findings
 READY_GRACE = timedelta(minutes=10)  # GitHub to show the PR ready after we asked
 UPDATE_TIMEOUT = timedelta(minutes=15)  # GitHub to push the branch update we asked for
 MERGE_ANSWER_GRACE = timedelta(minutes=10)  # an unanswered merge is then ambiguous
-RECONCILE_GRACE = timedelta(minutes=5)  # read an unclear merge back for this long
-RECONCILE_STEP = timedelta(seconds=30)
+# An unclear merge is read back for RECONCILE_GRACE, 2 s after the answer, then with a
+# doubling step of at most RECONCILE_STEP. The merge line of its base waits meanwhile, so
+# the grace is short: a merge that happens late cannot make a second one merge the PR
+# again (GitHub refuses to merge a merged PR, and the next merge is guarded by the head).
+RECONCILE_GRACE = timedelta(seconds=30)
+RECONCILE_FIRST = timedelta(seconds=2)
+RECONCILE_STEP = timedelta(seconds=15)
 UNKNOWN_POLLS = 10  # re-reads while GitHub computes mergeability, then a card
 UNKNOWN_FIRST_S, UNKNOWN_MAX_S = 5, 60
 # The live version is read soon after the deployment (PROBE_FIRST_S), then with a

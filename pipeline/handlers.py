@@ -156,9 +156,14 @@ def checks(ctx: Ctx) -> Outcome:
     deadline = ctx.deadline()
     if ctx.past(deadline):
         timeout = span(ctx.policy.checks_timeout_s)
+        # The title says what held the PR: a failure nobody ran again before the
+        # deadline, a check that never reported, or checks still running.
+        held = (
+            "failed" if verdict.failed else "never reported" if verdict.missing else "still running"
+        )
         ctx.raise_card(
             "checks_timeout",
-            f"Required checks never reported on {pr.repo}#{pr.number}",
+            f"Required checks {held} on {pr.repo}#{pr.number}",
             f"After {timeout} on {d.head_sha}: never reported: {names(verdict.missing)}; "
             f"still running: {names(verdict.pending)}; failed: {names(verdict.failed)}.",
         )

@@ -9,6 +9,7 @@ from datetime import timedelta
 from kernel.durations import iso
 from pipeline.context import (
     MERGE_ANSWER_GRACE,
+    RECONCILE_FIRST,
     RECONCILE_GRACE,
     RECONCILE_STEP,
     UNKNOWN_FIRST_S,
@@ -153,7 +154,8 @@ def _settle(ctx: Ctx, att: Attempt) -> Outcome:
         ctx.note = "GitHub said the head moved, yet it did not: checking again"
         return "checks_changed"
     if not ctx.past(heard + RECONCILE_GRACE):
-        until = min(heard + RECONCILE_GRACE, ctx.now + RECONCILE_STEP)
+        step = min(max(ctx.now - heard, RECONCILE_FIRST), RECONCILE_STEP)
+        until = min(heard + RECONCILE_GRACE, ctx.now + step)
         ctx.wait("timer", f"reading the PR back: did the merge of {short(att.sha)} happen?", until)
         return "waiting"
     if pr.base_contains_head is False:

@@ -43,7 +43,12 @@ def deployment(ctx: Ctx) -> Outcome:
         )
         return "timeout"
     what = f"a successful deployment of {short(d.merge_sha)} to {deploy.environment}"
-    ctx.wait("webhook", what, deadline)
+    # GitHub does not promise to send every webhook: the deployments are read again
+    # meanwhile, on the live version's schedule (as often as it, from the stage's start).
+    since = max((ctx.now - instant(d.stage_since)).total_seconds(), 0.0) if d.stage_since else 0.0
+    step = min(max(since, probe_delay(0, deploy.timeout_s)), probe_delay(16, deploy.timeout_s))
+    again = ctx.now + timedelta(seconds=step)
+    ctx.wait("webhook", what, again if deadline is None else min(deadline, again))
     return "waiting"
 
 

@@ -58,3 +58,17 @@ def store(store_url: str) -> Iterator[Store]:
         yield s
     finally:
         s.close()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.pg)])
+def ledger_env(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
+    """Environment for a server's ledger: none (the home's SQLite file), or
+    ``AUTOLOOP_DB`` naming a fresh PostgreSQL schema."""
+    if request.param == "sqlite":
+        yield {}
+        return
+    url = fresh_pg_url()
+    try:
+        yield {"AUTOLOOP_DB": url}
+    finally:
+        drop_pg_schema(url)

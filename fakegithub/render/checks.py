@@ -18,12 +18,21 @@ from fakegithub.render.core import Json, app, app_or_none, node_id, repository, 
 from fakegithub.render.pulls import pull_minimal
 from fakegithub.state import State, iso
 
+_TREES: dict[str, str] = {}  # commit sha -> its tree's sha (a commit never changes)
+_TREES_KEPT = 20_000
+
 
 def tree_sha(found: Commit) -> str:
+    kept = _TREES.get(found.sha)
+    if kept is not None:
+        return kept
     digest = hashlib.sha1(usedforsecurity=False)
     for path in sorted(found.files):
         digest.update(path.encode() + b"\0" + found.files[path])
-    return digest.hexdigest()
+    if len(_TREES) >= _TREES_KEPT:
+        _TREES.clear()
+    _TREES[found.sha] = digest.hexdigest()
+    return _TREES[found.sha]
 
 
 def person(state: State, login: str, found: Commit) -> Json:

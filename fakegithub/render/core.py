@@ -66,6 +66,22 @@ def app_or_none(state: State, app_id: int | None) -> Json | None:
     return app(state, found) if found else None
 
 
+_SIZES: dict[int, tuple[int, str, int]] = {}  # repo id -> (commits, the last one, files)
+
+
+def _size(repo: Repo) -> int:
+    """The files of every commit, counted again only when commits were added (they are
+    only ever added: their number and the newest one's sha, which hashes its whole
+    history, say whether the sum kept is still right)."""
+    last = next(reversed(repo.commits), "")
+    kept = _SIZES.get(repo.id)
+    if kept is not None and kept[:2] == (len(repo.commits), last):
+        return kept[2]
+    size = sum(len(c.files) for c in repo.commits.values())
+    _SIZES[repo.id] = (len(repo.commits), last, size)
+    return size
+
+
 def repository(state: State, repo: Repo, *, viewer_level: str | None = None) -> Json:
     api = f"{state.base_url}/repos/{repo.full_name}"
     html = f"{state.base_url}/{repo.full_name}"
@@ -125,7 +141,7 @@ def repository(state: State, repo: Repo, *, viewer_level: str | None = None) -> 
         "clone_url": f"{html}.git",
         "svn_url": html,
         "homepage": None,
-        "size": sum(len(c.files) for c in repo.commits.values()),
+        "size": _size(repo),
         "stargazers_count": 0,
         "watchers_count": 0,
         "language": "Python",

@@ -708,8 +708,12 @@ def cmd_try(args: argparse.Namespace) -> int:
     env.pop("AUTOLOOP_DB", None)
     ctx = Home.open(env=env, home=home)
 
+    if args.json and args.answer is None:
+        return _die(2, "--json needs --answer N: there is no one to ask on a terminal")
+
     def say(text: str) -> None:
-        print(text, flush=True)
+        if not args.json:
+            print(text, flush=True)
 
     opened: list[Card] = []
 
@@ -754,11 +758,31 @@ def cmd_try(args: argparse.Namespace) -> int:
         return _die(1, out.reply.message)
     opened.clear()
     hub.drain()
-    for c in opened:
-        if c.kind_ == "notice":
-            say(f"4. the agent finished: {c.title}")
+    notices = [c for c in opened if c.kind_ == "notice"]
+    for c in notices:
+        say(f"4. the agent finished: {c.title}")
     with ctx.store.read() as tx:
         turns = sorted((t for t in tx.query("turn") if isinstance(t, Turn)), key=lambda t: t.fence)
+    if args.json:
+        _print_json(
+            {
+                "home": str(home),
+                "card": {"id": card.id, "title": card.title, "options": list(card.options)},
+                "answer": choice,
+                "notices": [c.title for c in notices],
+                "turns": [
+                    {
+                        "id": t.id,
+                        "outcome": t.outcome,
+                        "session": t.session,
+                        "resume": t.resume,
+                        "agent_session": t.agent_session,
+                    }
+                    for t in turns
+                ],
+            }
+        )
+        return 0
     say("5. the trail:")
     for t in turns:
         say(
@@ -882,6 +906,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("try", help="an offline trial with a built-in demo agent")
     s.add_argument("--answer", type=int, help="answer the question without a prompt")
+    s.add_argument(
+        "--json", action="store_true", help="one JSON object at the end, no story (needs --answer)"
+    )
     s.set_defaults(func=cmd_try)
 
     for name in sorted(EXTERNAL):

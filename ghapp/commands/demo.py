@@ -18,6 +18,7 @@ printed as the pipeline record in the ledger moves. ``--only triage`` or
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import sys
@@ -31,6 +32,7 @@ from typing import Any
 from fakegithub.server import SandboxHandle, free_port, running_sandbox
 from ghapp.commands.home import Home, init_home
 from ghapp.commands.serve import Running, build, serving_in_thread
+from ghapp.commands.show import Out
 from ghapp.runtime.settings import Settings
 from kernel.records import Action, Card, Pipeline, Turn
 
@@ -83,11 +85,26 @@ STORIES = ("triage", "deliver")
 
 
 class Demo:
-    def __init__(self, home: Path, out: Callable[[str], None], *, only: str | None = None) -> None:
+    def __init__(
+        self,
+        home: Path,
+        out: Callable[[str], None],
+        *,
+        only: str | None = None,
+        show: Out | None = None,
+    ) -> None:
         self.home = home
         self.say = out
         self.step_no = 0
         self.stories = (only,) if only else STORIES
+        self.show = show  # a spinner while it waits, on a terminal
+        self.summary: dict[str, Any] = {"home": str(home), "stories": list(self.stories)}
+
+    def wait(self, what: str, check: Callable[[], Any], timeout: float = 20.0) -> Any:
+        if self.show is None:
+            return wait_for(what, check, timeout)
+        with self.show.progress(f"waiting for {what}"):
+            return wait_for(what, check, timeout)
 
     def step(self, text: str) -> None:
         self.step_no += 1
@@ -122,7 +139,9 @@ class Demo:
                         self.deliver_story(gh, ctx)
             finally:
                 ctx.store.close()
-        self.say(f"\ndone in {time.monotonic() - started:.1f} s")
+        took = time.monotonic() - started
+        self.summary["seconds"] = round(took, 1)
+        self.say(f"\ndone in {took:.1f} s")
         return 0
 
     # ------------------------------------------------------------------------------ story
@@ -140,27 +159,27 @@ class Demo:
         )
         self.step(f"a person opens issue #{number}: 'App crashes on start'")
         self.note("its body holds an injected instruction; the agent sees it only as a data file")
-        turn = wait_for("the agent's first turn", lambda: self.turns(ctx, done=True))[0]
+        turn = self.wait("the agent's first turn", lambda: self.turns(ctx, done=True))[0]
         self.note(f"webhook recorded; agent turn {turn.id} ran in a fresh session")
-        card = wait_for("the question card", lambda: self.open_ask(ctx))
+        card = self.wait("the question card", lambda: self.open_ask(ctx))
         self.step(f"the agent asks, and its turn ends: card {card.id} '{card.title}'")
         self.note(card.text)
         for i, option in enumerate(card.options, 1):
             self.note(f"{i}) {option}")
-        comment = wait_for(
+        comment = self.wait(
             "the card as a GitHub comment", lambda: self.card_comment(gh, number, card.id)
         )
         self.note(f"posted on the issue as a comment by {comment['user']['login']}")
         self.note("nothing runs now: the wait is a row in the ledger, not a process")
         world.comment("reader", number, f"/answer {card.id} 3")
         self.step(f"a read-only user comments '/answer {card.id} 3': refused")
-        reply = wait_for("the refusal reply", lambda: self.reply_to(gh, number, "reader"), 20)
+        reply = self.wait("the refusal reply", lambda: self.reply_to(gh, number, "reader"), 20)
         self.note(f"the app replies: {first_line(reply)}")
         world.comment("maintainer", number, f"/answer {card.id} 1")
         self.step(f"a maintainer comments '/answer {card.id} 1' (bug)")
-        resumed = wait_for("the resumed turn", lambda: self.resumed(ctx))
+        resumed = self.wait("the resumed turn", lambda: self.resumed(ctx))
         self.note(f"agent turn {resumed.id} resumes its session {resumed.resume}")
-        done = wait_for("the write-backs", lambda: self.actions_done(ctx), 30)
+        done = self.wait("the write-backs", lambda: self.actions_done(ctx), 30)
         self.step("the hub performs the agent's write-backs, each exactly once:")
         for action in done:
             self.note(f"{action.do} -> {action.status}")
@@ -177,6 +196,13 @@ class Demo:
 
         for line in why_lines(ctx.store, last.id):
             self.note(line)
+        self.summary["triage"] = {
+            "issue": number,
+            "card": card.id,
+            "labels": issue_labels,
+            "writes": [f"{w.method} {w.path}" for w in writes],
+            "last_turn": last.id,
+        }
         self.say(f"\nexplore it yourself: AUTOLOOP_HOME={self.home} autoloop status")
 
     def deliver_story(self, gh: SandboxHandle, ctx: Home) -> None:
@@ -206,21 +232,30 @@ class Demo:
         shown = 0
         deadline = time.monotonic() + 30
         rec: Pipeline | None = None
-        while rec is None or not rec.ended:
-            if time.monotonic() > deadline:
-                raise DemoFailed(f"timed out waiting for {pid} to be delivered")
-            time.sleep(0.05)
-            with ctx.store.read() as tx:
-                found = tx.get("pipeline", pid)
-            rec = found if isinstance(found, Pipeline) else None
-            history = list(rec.data.get("history") or ()) if rec is not None else []
-            for entry in history[shown:]:
-                note = f": {entry['note']}" if entry.get("note") else ""
-                self.note(f"stage {entry['stage']}{note}")
-            shown = len(history)
+        stages: list[str] = []
+        with (
+            self.show.progress(f"the delivery of PR #{number}")
+            if self.show is not None
+            else contextlib.nullcontext(lambda text: None)
+        ) as progress:
+            while rec is None or not rec.ended:
+                if time.monotonic() > deadline:
+                    raise DemoFailed(f"timed out waiting for {pid} to be delivered")
+                time.sleep(0.05)
+                with ctx.store.read() as tx:
+                    found = tx.get("pipeline", pid)
+                rec = found if isinstance(found, Pipeline) else None
+                history = list(rec.data.get("history") or ()) if rec is not None else []
+                for entry in history[shown:]:
+                    note = f": {entry['note']}" if entry.get("note") else ""
+                    self.note(f"stage {entry['stage']}{note}")
+                    stages.append(str(entry["stage"]))
+                shown = len(history)
+                if rec is not None:
+                    progress(f"{rec.stage}, {rec.data.get('waiting_for') or 'deciding'}")
         if rec.stage != "delivered":
             raise DemoFailed(f"{pid} ended {rec.stage}, not delivered")
-        wait_for("the last progress to be shown", lambda: self.writes_done(ctx, pid))
+        self.wait("the last progress to be shown", lambda: self.writes_done(ctx, pid))
         world.settle()
         bot = f"{gh.sandbox.app.slug}[bot]"
         writes = [w for w in world.audit.entries()[before:] if w.actor == bot]
@@ -248,6 +283,21 @@ class Demo:
             f"{count('PATCH', '/issues/comments/')} updates in place"
         )
         self.note(f"its story, stage by stage: autoloop why {gh.repo}#{number}")
+        self.summary["deliver"] = {
+            "pr": number,
+            "stage": rec.stage,
+            "stages": stages,
+            "merges": count("PUT", "/merge"),
+            "reviews": count("POST", f"/pulls/{number}/reviews"),
+            "check_runs": {
+                "created": count("POST", "/check-runs"),
+                "updated": count("PATCH", "/check-runs/"),
+            },
+            "comments": {
+                "created": count("POST", f"/issues/{number}/comments"),
+                "updated": count("PATCH", "/issues/comments/"),
+            },
+        }
 
     # ---------------------------------------------------------------------------- lookups
 
@@ -332,11 +382,21 @@ def main(argv: list[str]) -> int:
     )
     p.add_argument("--home", type=Path, help="state folder (default: a new temporary folder)")
     p.add_argument("--only", choices=STORIES, help="run only this story")
+    p.add_argument(
+        "--json", action="store_true", help="one JSON object at the end instead of the story"
+    )
     args = p.parse_args(argv)
     home = args.home or Path(tempfile.mkdtemp(prefix="autoloop-demo-"))
-    demo = Demo(home, lambda s: print(s, flush=True), only=args.only)
+    if args.json:
+        demo = Demo(home, lambda s: None, only=args.only)
+    else:
+        show = Out()
+        demo = Demo(home, show.line, only=args.only, show=show if show.tty else None)
     try:
-        return demo.run()
+        code = demo.run()
+        if args.json:
+            print(json.dumps(demo.summary, sort_keys=True))
+        return code
     except DemoFailed as exc:
         print(f"autoloop demo: {exc}; the state is in {home} ('autoloop status')", file=sys.stderr)
         return 1

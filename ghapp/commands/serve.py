@@ -30,6 +30,7 @@ from typing import Any
 import uvicorn
 
 from ghapp.commands.home import Home, configure_logs, read_master_key, require_home, reset_logs
+from ghapp.runtime import crash
 from ghapp.runtime.inbox import Inbox, inbox_path
 from ghapp.runtime.ingest import IngestQueue
 from ghapp.runtime.ledger import Outcome
@@ -299,6 +300,17 @@ def main(argv: list[str]) -> int:
     # Every idle client holds a descriptor: take all the open files we may (before the
     # ledger and the worker open theirs), and cap connections below that (http_config).
     files = raise_open_files()
+    try:
+        crash.arm(env.get(crash.ENV))  # a test hook, read once: unset on a real server
+    except ValueError as exc:
+        print(f"autoloop serve: {exc}", file=sys.stderr)
+        return 2
+    if crash.armed():
+        print(
+            f"autoloop serve: {crash.ENV}={env[crash.ENV]} is set: a crash test hook, "
+            "this process will kill itself there",
+            file=sys.stderr,
+        )
     try:
         settings = Settings.from_env(env, args.config)
         require_home(settings.home, env)

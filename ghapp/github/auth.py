@@ -26,6 +26,7 @@ from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 import jwt
+from jwt.algorithms import RSAAlgorithm
 
 __all__ = [
     "AppJWT",
@@ -34,6 +35,7 @@ __all__ = [
     "RepoInstallations",
     "app_jwt",
     "parse_installation_token",
+    "signing_key",
 ]
 
 JWT_BACKDATE_S = 60
@@ -44,33 +46,53 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 
-def app_jwt(app_id: int, private_key: str, *, now: float) -> str:
-    """A JWT that authenticates as the App itself."""
+def app_jwt(app_id: int, private_key: Any, *, now: float) -> str:
+    """A JWT that authenticates as the App itself (``private_key``: PEM text, or the key
+    parsed by :func:`signing_key`)."""
     issued = int(now)
     claims = {"iat": issued - JWT_BACKDATE_S, "exp": issued + JWT_LIFETIME_S, "iss": str(app_id)}
     return jwt.encode(claims, private_key, algorithm="RS256")
 
 
+def signing_key(private_key: str) -> Any:
+    """The App's PEM private key, parsed (about 50 ms for an RSA key: once, not per JWT)."""
+    return RSAAlgorithm(RSAAlgorithm.SHA256).prepare_key(private_key)
+
+
 class AppJWT:
-    """The App's JWT, minted again once less than a minute of it is left."""
+    """The App's JWT, minted again once less than a minute of it is left, or when the
+    clock went back before the time it was minted at (a clock set right after running
+    ahead: the kept JWT was issued in GitHub's future, and GitHub refuses it until then),
+    or after :meth:`invalidate` (GitHub refused it). The key is parsed on the first mint
+    and kept."""
 
     def __init__(
         self, app_id: int, private_key: str, *, now: Callable[[], float] = time.time
     ) -> None:
         self.app_id = app_id
         self._key = private_key
+        self._parsed: Any = None
         self._now = now
         self._lock = threading.Lock()
         self._token: str | None = None
+        self._issued = 0.0
         self._expires = 0.0
 
     def token(self) -> str:
         with self._lock:
             now = self._now()
-            if self._token is None or now >= self._expires - 60:
-                self._token = app_jwt(self.app_id, self._key, now=now)
+            if self._token is None or now >= self._expires - 60 or now < self._issued:
+                if self._parsed is None:
+                    self._parsed = signing_key(self._key)
+                self._token = app_jwt(self.app_id, self._parsed, now=now)
+                self._issued = int(now)
                 self._expires = int(now) + JWT_LIFETIME_S
             return self._token
+
+    def invalidate(self) -> None:
+        """GitHub refused the JWT (401): the next call mints a new one."""
+        with self._lock:
+            self._token = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

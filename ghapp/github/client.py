@@ -288,15 +288,20 @@ class GitHubClient:
     ) -> httpx.Response:
         # The credential is resolved once, before the retries: a token exchange has its
         # own retries, and its failure means this request was never sent.
-        return retry.call(
-            method,
-            url,
-            lambda: self._send_once(method, url, authorization, params, body),
-            policy=policy or self._policy,
-            idempotent=idempotent,
-            now=self._now,
-            sleep=self._sleep,
-        )
+        try:
+            return retry.call(
+                method,
+                url,
+                lambda: self._send_once(method, url, authorization, params, body),
+                policy=policy or self._policy,
+                idempotent=idempotent,
+                now=self._now,
+                sleep=self._sleep,
+            )
+        except Unauthorized:
+            if self._jwt is not None and authorization.startswith("Bearer "):
+                self._jwt.invalidate()  # GitHub refused our JWT: the next call mints one
+            raise
 
     def _app_auth(self) -> str:
         if self._jwt is None:

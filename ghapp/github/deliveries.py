@@ -52,7 +52,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -237,14 +237,19 @@ class Deliveries:
         *,
         bot_app_id: int | None,
         backstop_s: float = BACKSTOP_S,
+        monotonic: Callable[[], float] = time.monotonic,
+        http: httpx.Client | None = None,
     ) -> None:
         self.hub = hub
+        # Elapsed time (scans, rechecks, the policy's lifetime, the read cache): injected
+        # so that a simulation runs this runner on a simulated clock.
+        self._monotonic = monotonic
         self.client = client
         self.bot_login = bot_login
         self.bot_app_id = bot_app_id
         self.backstop_s = backstop_s
-        self.cache = ReadCache()
-        self.http = httpx.Client()
+        self.cache = ReadCache(clock=monotonic)
+        self.http = http if http is not None else httpx.Client()  # the live-version probes
         self._events: list[Event] = []
         self._seen: dict[str, str] = {}  # pipeline -> the wake_at it was last decided at
         self._lock = threading.Lock()
@@ -387,7 +392,7 @@ class Deliveries:
                     direct |= self._take_events_safely(events)
                 for pid in sorted(direct):
                     self._submit(pid)
-                if scan or time.monotonic() >= self._next_scan:
+                if scan or self._monotonic() >= self._next_scan:
                     active = self._rescan()
                 else:
                     active = self._indexed()
@@ -403,7 +408,7 @@ class Deliveries:
             finally:
                 with self._lock:
                     self._busy = False
-            until_scan = max(0.0, self._next_scan - time.monotonic())
+            until_scan = max(0.0, self._next_scan - self._monotonic())
             self._wake.wait(min(self._sleep_s(active), until_scan))
 
     def _rescan(self) -> list[Pipeline]:
@@ -411,7 +416,7 @@ class Deliveries:
         active = self._active()
         with self._lock:
             self._index = {p.id: p for p in active}
-        self._next_scan = time.monotonic() + self.backstop_s
+        self._next_scan = self._monotonic() + self.backstop_s
         return active
 
     def _indexed(self) -> list[Pipeline]:
@@ -463,7 +468,7 @@ class Deliveries:
         with self._lock:
             if rec is not None:
                 self._seen[pid] = rec.wake_at
-            self._decided[pid] = time.monotonic()
+            self._decided[pid] = self._monotonic()
         try:
             self.process(pid)
         except Exception as exc:  # one pipeline's trouble (GitHub down, ...) must not stop the rest
@@ -504,7 +509,7 @@ class Deliveries:
             and datetime.fromisoformat(p.wake_at) <= now
         ]
         due += [pid for pid, (at, _) in retry if at <= now and pid not in due]
-        stale = time.monotonic() - self.recheck_s
+        stale = self._monotonic() - self.recheck_s
         due += [p.id for p in active if p.id not in due and decided.get(p.id, 0) < stale]
         return due
 
@@ -516,7 +521,7 @@ class Deliveries:
         for p in active:
             if p.wake_at and seen.get(p.id) != p.wake_at:
                 times.append(datetime.fromisoformat(p.wake_at))
-        clock = time.monotonic()
+        clock = self._monotonic()
         recheck = [decided.get(p.id, 0) + self.recheck_s - clock for p in active]
         if not times:
             return max(0.0, min([self.backstop_s, *recheck]))
@@ -524,10 +529,10 @@ class Deliveries:
 
     def _policy(self, repo: str) -> Policy | PolicyProblem:
         kept = self._policies.get(repo.lower())
-        if kept is not None and time.monotonic() - kept[1] < POLICY_TTL_S:
+        if kept is not None and self._monotonic() - kept[1] < POLICY_TTL_S:
             return kept[0]
         policy = read_policy(self.client, repo, agents=self._agents())
-        self._policies[repo.lower()] = (policy, time.monotonic())
+        self._policies[repo.lower()] = (policy, self._monotonic())
         return policy
 
     def _carry_out(self, out: Outcome, specs: Iterable[k.ActionSpec]) -> None:

@@ -108,7 +108,7 @@ class Sweeper:
 
     def _run(self) -> None:
         next_sweep = 0.0
-        next_outbox = time.monotonic() + self.outbox_every_s
+        next_outbox = 0.0  # at start too: write-backs a killed server left half done
         while not self._stop.is_set():
             at = time.monotonic()
             if at >= next_sweep:

@@ -86,8 +86,10 @@ class RedactingLedger(Ledger):
     CLI, the HTTP ingest queue, the worker): an event's subject, summary, link and
     details; an agent's final message and error; a write-back's result and error; an
     owner notice. Ids, sources and types are kept as they are, so that deduplication and
-    routing do not change. A comment body the hub will post for an agent is masked too:
-    a secret posted where people read it is worse than a masked word in a comment.
+    routing do not change. A NUL character in a subject becomes U+FFFD, which every
+    ledger can store (a subject is part of a matter's id). A comment body the hub will
+    post for an agent is masked too: a secret posted where people read it is worse than a
+    masked word in a comment.
     """
 
     def __init__(
@@ -109,7 +111,9 @@ class RedactingLedger(Ledger):
                     source=ev.source,
                     id=ev.id,
                     type=ev.type,
-                    subject=r(ev.subject),
+                    # a subject is part of a matter's id, a key of the ledger: PostgreSQL
+                    # refuses NUL characters in keys (SQLite would take them)
+                    subject=r(ev.subject).replace("\x00", "\ufffd"),
                     summary=r(ev.summary),
                     link=r(ev.link),
                     hops=ev.hops,

@@ -50,8 +50,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ghapp.runtime import crash
 from ghapp.runtime.ledger import Ledger, Outcome, WriteError
-from ghapp.runtime.webhooks import BadBody, inputs_for, webhook_payload
+from ghapp.runtime.webhooks import BadBody, content_digest, inputs_for, webhook_payload
 from kernel import inputs as k
 from kernel.model import Event
 
@@ -246,10 +247,11 @@ class Inbox:
         return len(self._todo)
 
     def settle(self, timeout: float = 10.0) -> bool:
-        """Wait until every acknowledged delivery is decided (tests, benches)."""
+        """Wait until every acknowledged delivery is decided and its row deleted (tests,
+        benches)."""
         deadline = time.monotonic() + timeout
         with self._cv:
-            while self._todo or self._busy_deciding:
+            while self._todo or self._busy_deciding or self._waiting > 0:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
@@ -361,6 +363,7 @@ class Inbox:
         try:
             cur.execute("BEGIN IMMEDIATE")
             try:
+                crash.reach(crash.BEFORE_INSERT)
                 for ack in batch:
                     item = ack.item
                     if item.payload is None and not item.checked:
@@ -370,6 +373,8 @@ class Inbox:
                             ack.loop.call_soon_threadsafe(_set_exc, ack.future, exc)
                             dup.append(None)
                             continue
+                    if not item.digest:
+                        item.digest = content_digest(item.name, item.body)
                     if self._seen_before(cur, item):
                         dup.append(True)
                         continue
@@ -382,6 +387,7 @@ class Inbox:
                     dup.append(False)
                 if deletes:
                     _delete(cur, deletes)
+                crash.reach(crash.AFTER_INSERT_BEFORE_COMMIT)
                 cur.execute("COMMIT")
             except BaseException:
                 if self._conn.in_transaction:
@@ -397,6 +403,7 @@ class Inbox:
         finally:
             cur.close()
         self._commits += 1
+        crash.reach(crash.AFTER_COMMIT_BEFORE_ACK)
         if fresh:
             self.write_error = None
         acked = time.monotonic()

@@ -27,6 +27,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ghapp.runtime import crash
 from ghapp.runtime.ledger import Ledger, Outcome
 from kernel import inputs as k
 
@@ -150,7 +151,7 @@ class IngestQueue:
     def _decide(self, ready: list[tuple[_Item, list[k.Input]]]) -> None:
         flat = [inp for _, inputs in ready for inp in inputs]
         try:
-            outs = self.ledger.decide_many(flat, cleaned=True)
+            outs = self.ledger.decide_many(flat, cleaned=True, points=crash.reach)
         except Exception as exc:
             # Nothing of this batch committed. One bad request must not sink the others:
             # try them one by one, and fail only those that fail alone (the sender retries).
@@ -161,6 +162,7 @@ class IngestQueue:
             item = ready[0][0]
             item.loop.call_soon_threadsafe(_set_exc, item.future, exc)
             return
+        crash.reach(crash.AFTER_COMMIT_BEFORE_ACK)
         self.batches += 1
         self.items += len(ready)
         # One wake-up per event loop for the whole group, not one per request.

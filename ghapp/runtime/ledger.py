@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from ghapp.runtime import crash
 from ghapp.store.base import DuplicateFact, Store, Tx, rebuild_records
 from kernel import inputs as k
 from kernel import step as core
@@ -138,12 +139,22 @@ class Ledger:
         return self.decide_many([inp], now=now)[0]
 
     def decide_many(
-        self, inputs: list[k.Input], *, now: datetime | None = None, cleaned: bool = False
+        self,
+        inputs: list[k.Input],
+        *,
+        now: datetime | None = None,
+        cleaned: bool = False,
+        points: Callable[[str], None] | None = None,
     ) -> list[Outcome]:
         """Several decisions in one transaction (group commit): all commit, or none.
 
         ``cleaned``: the caller passed every input through :meth:`clean` already (the
         ingest queue does, for a big delivery, outside its writer thread).
+
+        ``points``: called with the name of each point of the commit protocol this
+        transaction passes (``before_insert`` once the write transaction is open,
+        ``after_insert_before_commit`` before it commits): the crash test hook
+        (:mod:`ghapp.runtime.crash`).
 
         A transaction that fails is remembered (:attr:`write_error`: what and when, for
         ``/healthz``) until one that appends facts commits: a commit that appends
@@ -154,11 +165,15 @@ class Ledger:
         when = now or self.clock()
         try:
             with self.store.write() as tx:
+                if points is not None:
+                    points(crash.BEFORE_INSERT)
                 first = [core.needs(inp, rules) for inp in inputs]
                 if inputs and all(n.narrow for n in first):
                     outs = self._decide_together(tx, inputs, first, rules, when)
                 else:
                     outs = [self._decide(tx, inp, rules, when) for inp in inputs]
+                if points is not None:
+                    points(crash.AFTER_INSERT_BEFORE_COMMIT)
         except DuplicateFact:
             raise  # a race between two writers on one key: the ledger itself is fine
         except Exception as exc:

@@ -29,12 +29,62 @@ from kernel import inputs as k
 from kernel.records import Action
 from plugins.protocols import ActionFailed, Executor
 
-__all__ = ["ACTION_CLAIM_S", "Outbox"]
+__all__ = ["ACTION_CLAIM_S", "Outbox", "gone", "performer_name"]
 
 # How long a hub's claim on one write-back lasts: longer than any one attempt (every
 # GitHub call has a timeout, and reads are retried a few times), so that another hub
 # takes over only from one that died mid-attempt. The taker reads back before writing.
 ACTION_CLAIM_S = 300
+
+
+def _pid_namespace() -> str:
+    """This process's PID namespace (Linux), "" where it cannot be told."""
+    try:
+        return str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        return ""
+
+
+_ours: set[str] = set()  # the performers of this process (one per outbox)
+
+
+def performer_name() -> str:
+    """``host:pid-namespace:pid:token``: one process of one machine, told apart from a
+    later one that got the same pid by the random token."""
+    name = f"{socket.gethostname()}:{_pid_namespace()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    _ours.add(name)
+    return name
+
+
+def gone(claimant: str, me: str) -> bool:
+    """Whether ``claimant`` is a process of this machine and PID namespace that is gone:
+    the server killed before a restart. Its claims need not wait for their lease.
+
+    Only what can be told for sure counts: another machine, another namespace, an
+    unknown namespace or a pid that is running (maybe another process by now) wait for
+    the lease. A claimant with our own pid that is none of this process's outboxes is
+    an earlier life of a process that was given our pid (a container's first process
+    after a restart).
+    """
+    theirs, mine = claimant.split(":"), me.split(":")
+    if len(theirs) != 4 or len(mine) != 4 or claimant == me:
+        return False
+    if theirs[0] != mine[0] or not theirs[1] or theirs[1] != mine[1]:
+        return False
+    if not theirs[2].isdigit():
+        return False
+    pid = int(theirs[2])
+    if pid == os.getpid():
+        return claimant not in _ours
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False  # running as another user: alive
+    return False
 
 
 class Outbox:
@@ -59,7 +109,7 @@ class Outbox:
         self._performing_lock = threading.Lock()
         # Who performs write-backs here: another hub on the same ledger (a replica) is
         # refused an action while this one's claim on it is live.
-        self.performer = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.performer = performer_name()
 
     def carry_out(self, out: Outcome) -> None:
         """A decision's effects: its cards go out, its allowed write-backs are made."""
@@ -110,8 +160,11 @@ class Outbox:
             )
             self.carry_out(out)  # the failure's notice card goes out now
             return
+        lapsed = action.claimed_by if gone(action.claimed_by, self.performer) else ""
         claim = self.ledger.decide(
-            k.ActionTried(action=action.id, by=self.performer, lease_s=ACTION_CLAIM_S)
+            k.ActionTried(
+                action=action.id, by=self.performer, lease_s=ACTION_CLAIM_S, lapsed=lapsed
+            )
         )
         if not claim.reply.ok:
             return  # done meanwhile, or another hub is performing it now

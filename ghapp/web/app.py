@@ -35,11 +35,13 @@ from datetime import UTC, datetime
 
 import orjson
 from starlette.applications import Starlette
+from starlette.background import BackgroundTask
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from ghapp.github.sansio import verify_signature
+from ghapp.runtime import crash
 from ghapp.runtime.details import MAX_BYTES as MAX_DETAILS_BYTES
 from ghapp.runtime.details import problem
 from ghapp.runtime.hub import Hub
@@ -86,6 +88,38 @@ class Server:
 
 def _media_type(request: Request) -> str:
     return request.headers.get("content-type", "").partition(";")[0].strip().lower()
+
+
+def _after_ack() -> BackgroundTask | None:
+    """The crash test hook's last point (:mod:`ghapp.runtime.crash`), passed once the
+    answer is sent; nothing when the hook is not armed (always, outside those tests)."""
+    return BackgroundTask(crash.reach, crash.AFTER_ACK) if crash.armed() else None
+
+
+def _checked(item: Received) -> str:
+    """A big body decoded (:class:`BadBody` if it is not a JSON object) and hashed."""
+    webhook_payload(item.body, form=item.form)
+    return content_digest(item.name, item.body)
+
+
+def webhook_inputs(
+    name: str,
+    delivery: str,
+    body: bytes,
+    *,
+    form: bool = False,
+    app_slug: str | None = None,
+    app_id: int | None = None,
+) -> tuple[list[Event], list[k.Input]]:
+    """The events of one verified GitHub delivery, and the inputs that record them.
+
+    Raises :class:`BadBody` (a 400) for a body that is not a JSON object. The App's own
+    doings translate to no event: the delivery is then recorded as ignored, so that it
+    is known (a redelivery of it is a duplicate, the sweeper does not ask for it again).
+    """
+    payload = webhook_payload(body, form=form)
+    digest = content_digest(name, body)
+    return inputs_for(name, delivery, payload, digest, app_slug=app_slug, app_id=app_id)
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -186,21 +220,14 @@ def create_app(server: Server) -> Starlette:
         form = _media_type(request) == FORM
         inbox = server.inbox
         if inbox is not None:
-            digest = content_digest(name, signature or "")
-            item = Received(name=name, delivery=delivery, body=body, form=form, digest=digest)
+            item = Received(name=name, delivery=delivery, body=body, form=form, digest="")
             return await acknowledge(inbox, item, big=big, started=started)
         found: list[Event] = []
 
         def prepare() -> list[k.Input]:
             # runs in the ingest writer, beside the rest of its group's work (or aside)
-            payload = webhook_payload(body, form=form)
-            events, inputs = inputs_for(
-                name,
-                delivery,
-                payload,
-                content_digest(name, signature or ""),
-                app_slug=server.app_slug,
-                app_id=server.app_id,
+            events, inputs = webhook_inputs(
+                name, delivery, body, form=form, app_slug=server.app_slug, app_id=server.app_id
             )
             found.extend(events)
             return inputs
@@ -228,7 +255,12 @@ def create_app(server: Server) -> Starlette:
                         server.on_comment(e)
         dup = all(c == "duplicate" for c in codes)
         answer = {"delivery": delivery, "events": len(events), "duplicate": dup}
-        return Response(orjson.dumps(answer), status_code=200, media_type="application/json")
+        return Response(
+            orjson.dumps(answer),
+            status_code=200,
+            media_type="application/json",
+            background=_after_ack(),
+        )
 
     async def acknowledge(inbox: Inbox, item: Received, *, big: bool, started: float) -> Response:
         """The inbox's ack: the body is a JSON object, then durable in the inbox (or a
@@ -238,10 +270,10 @@ def create_app(server: Server) -> Starlette:
         try:
             name, delivery = item.name, item.delivery
             try:
-                if big:  # decoded off the event loop and the writer (kept on disk only)
-                    await asyncio.to_thread(webhook_payload, item.body, form=item.form)
+                if big:  # decoded and hashed off the event loop and the writer
+                    item.digest = await asyncio.to_thread(_checked, item)
                     item.checked = True
-                dup = await inbox.submit(item)  # small bodies: decoded by the writer
+                dup = await inbox.submit(item)  # small bodies: decoded and hashed by the writer
             except BadBody as exc:
                 return _error(400, str(exc))
             except Exception as exc:  # the inbox cannot append (e.g. a full disk)
@@ -250,7 +282,12 @@ def create_app(server: Server) -> Starlette:
             m.inc("webhook_deliveries_total")
             m.observe(time.perf_counter() - started)
             answer = {"delivery": delivery, "duplicate": dup, "queued": not dup}
-            return Response(orjson.dumps(answer), status_code=200, media_type="application/json")
+            return Response(
+                orjson.dumps(answer),
+                status_code=200,
+                media_type="application/json",
+                background=_after_ack(),
+            )
         finally:
             inbox.request_out()
 
@@ -279,11 +316,15 @@ def create_app(server: Server) -> Starlette:
         etype = data.get("type")
         if not isinstance(eid, str) or not isinstance(etype, str) or not eid or not etype:
             return _error(400, 'body needs string fields "id" and "type"')
+        named = data.get("subject")
+        subject = named if isinstance(named, str) else source
+        if "\x00" in eid or "\x00" in etype or "\x00" in subject:
+            # PostgreSQL's text holds no NUL character, and ids and subjects are keys
+            return _error(400, '"id", "type" and "subject" must not hold NUL characters')
         details = data.get("details") if isinstance(data.get("details"), dict) else {}
         why = problem(details)
         if why is not None:
             return _error(400, f'"details": {why}')
-        subject = data.get("subject") if isinstance(data.get("subject"), str) else source
         event = Event(
             source=source,
             id=eid,
@@ -301,7 +342,11 @@ def create_app(server: Server) -> Starlette:
             return _unrecorded(f"event {eid!r} of source {source!r}", exc)
         if out.reply.code == "recorded":
             server.wake()
-        return JSONResponse({"code": out.reply.code, **dict(out.reply.data)}, status_code=200)
+        return JSONResponse(
+            {"code": out.reply.code, **dict(out.reply.data)},
+            status_code=200,
+            background=_after_ack(),
+        )
 
     async def card_page(request: Request) -> Response:
         links = server.links

@@ -367,7 +367,7 @@ def tail(log: Path, lines: int = 60) -> str:
 
 
 def test_sixteen_deliveries_under_faults_and_two_kills(tmp_path: Path) -> None:
-    out = run(tmp_path, Plan(seed=20260101, pipelines=16, kills=2, seconds=150.0))
+    out = run(tmp_path, Plan(seed=20260101, pipelines=16, kills=2, seconds=240.0))
     print("\n" + out.line())
     assert out.kills == 2
     assert out.stages["delivered"] >= 1

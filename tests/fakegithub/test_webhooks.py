@@ -209,3 +209,32 @@ def test_a_slow_app_does_not_slow_the_rest_api() -> None:
         assert time.monotonic() - started < 1.0
         assert gh.world.settle(timeout=10)
         assert len(receiver.received) == 4
+
+
+@pytest.mark.parametrize("senders", [1, 4])
+def test_several_senders_have_deliveries_in_flight_at_once(senders: int) -> None:
+    """One sender delivers one at a time, in order; several overlap, as GitHub's do."""
+    with (
+        Receiver() as receiver,
+        running_sandbox(app_url=receiver.url, webhook_senders=senders) as gh,
+    ):
+        original = receiver.server.RequestHandlerClass.do_POST  # type: ignore[attr-defined]
+        in_flight, most = [0], [0]
+
+        def slow(handler: Any) -> None:
+            in_flight[0] += 1
+            most[0] = max(most[0], in_flight[0])
+            time.sleep(0.3)
+            in_flight[0] -= 1
+            original(handler)
+
+        receiver.server.RequestHandlerClass.do_POST = slow  # type: ignore[attr-defined]
+        numbers = [gh.world.open_issue("reader", f"Issue {n}") for n in range(4)]
+        assert gh.world.settle(timeout=10)
+        assert len(receiver.received) == 4
+        if senders == 1:
+            assert most[0] == 1
+            seen = [json.loads(body)["issue"]["number"] for _, body in receiver.received]
+            assert seen == numbers  # in the order of the events
+        else:
+            assert most[0] > 1

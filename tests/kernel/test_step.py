@@ -236,6 +236,28 @@ def test_one_performer_at_a_time_claims_a_write_back() -> None:
     assert kn.replayed().records() == kn.state.records()
 
 
+def test_a_claim_whose_performer_was_found_dead_is_taken_over_before_its_lease_ends() -> None:
+    kn = Kernel(rules_of(rule(allow=("github.comment",))))
+    kn.step(k.Ingest(event=ev("1")))
+    t1 = kn.claim("r")
+    assert t1
+    body = {"actions": [{"do": "github.comment", "repo": "o/r", "number": 1, "body": "hi"}]}
+    kn.finish(t1, receipt(json.dumps(body)))
+    aid = f"{t1}.a0"
+
+    def tried(by: str, lapsed: str = "") -> k.Reply:
+        return kn.step(k.ActionTried(action=aid, by=by, lease_s=300, lapsed=lapsed)).reply
+
+    assert tried("hub-a").ok
+    # naming another claimant as dead does not lift hub-a's claim
+    assert tried("hub-b", lapsed="hub-c").code == "busy"
+    taken = tried("hub-b", lapsed="hub-a")  # hub-b found hub-a's process gone
+    assert taken.ok and taken.data["attempts"] == 1  # read back before writing
+    assert kn.state.actions[aid].claimed_by == "hub-b"
+    assert tried("hub-a").code == "busy"
+    assert kn.replayed().records() == kn.state.records()
+
+
 def test_late_receipt_from_an_old_claim_is_refused() -> None:
     kn = Kernel(rules_of(rule(timeout_s=60)))
     kn.step(k.Ingest(event=ev("1")))

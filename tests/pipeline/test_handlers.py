@@ -193,6 +193,22 @@ def test_checks_timeout_raises_a_card_naming_the_checks_that_never_reported() ->
     assert step.waiting is not None and step.waiting.on == "answer" and step.wake_at is None
 
 
+def test_checks_timeout_after_a_failure_says_the_checks_failed() -> None:
+    # Seen in the whole-system simulation: a check that failed and was never run again
+    # was shown as "Required checks never reported", though the text said "failed: ci".
+    drive = Driver()
+    failed = snap(check_runs=(run("build", "success", id=1), run("test", "failure", id=2)))
+    drive(failed)
+    (card,) = of(drive(failed, 120), RaiseCard)
+    assert card.title == "Required checks failed on acme/web#12"
+    assert "failed: test (app 15368)" in card.text
+    running = snap(check_runs=(run("build", "success", id=1), run("test", None, id=2)))
+    drive = Driver()
+    drive(running)
+    (card,) = of(drive(running, 120), RaiseCard)
+    assert card.title == "Required checks still running on acme/web#12"
+
+
 def test_waiting_again_after_a_checks_timeout_starts_a_new_deadline() -> None:
     drive = Driver()
     never = snap(check_runs=(run("build", None, id=1),))

@@ -176,11 +176,16 @@ def test_never_merges_twice_after_an_ambiguous_answer() -> None:
     (merge,) = of(drive(snap()), Merge)
     unclear = (answer(merge, "ambiguous", message="502 Bad Gateway"),)
     step = drive(snap(results=unclear), 1)
-    assert step.delivery.reconciling and step.wake_at == at(1) + timedelta(seconds=30)
-    for minute in (1.5, 2, 3, 4, 5):
-        assert of(drive(snap(results=unclear, base_contains_head=False), minute), Merge) == []
+    assert step.delivery.reconciling and step.wake_at == at(1) + timedelta(seconds=2)
+    # read back 2 s after the answer, then with a doubling step of at most 15 s
+    wakes = []
+    for seconds in (2, 4, 8, 16):
+        step = drive(snap(results=unclear, base_contains_head=False), 1 + seconds / 60)
+        assert of(step, Merge) == []
+        wakes.append(round((step.wake_at - at(1)).total_seconds()))
+    assert wakes == [4, 8, 16, 30]
     read_back = drive(
-        snap(results=unclear, merged=True, state="closed", merge_commit_sha=MERGED), 5.5
+        snap(results=unclear, merged=True, state="closed", merge_commit_sha=MERGED), 1.9
     )
     assert read_back.delivery.stage == "delivered" and read_back.delivery.merge_sha == MERGED
     assert len(drive.merges()) == 1
@@ -199,7 +204,7 @@ def test_an_ambiguous_merge_with_the_base_holding_the_head_asks_a_person() -> No
     (merge,) = of(drive(snap()), Merge)
     unclear = (answer(merge, "ambiguous"),)
     drive(snap(results=unclear), 1)
-    step = drive(snap(results=unclear, base_contains_head=True), 6)
+    step = drive(snap(results=unclear, base_contains_head=True), 2)
     (card,) = of(step, RaiseCard)
     assert card.options[0] == "it is merged: go on to the deployment"
     assert "main already holds" in card.text
@@ -216,7 +221,8 @@ def test_an_ambiguous_merge_read_back_as_not_merged_returns_to_checks() -> None:
     (merge,) = of(drive(snap()), Merge)
     unclear = (answer(merge, "ambiguous"),)
     drive(snap(results=unclear), 1)
-    step = drive(snap(results=unclear, base_contains_head=False), 6)
+    assert of(drive(snap(results=unclear, base_contains_head=False), 1.45), Merge) == []
+    step = drive(snap(results=unclear, base_contains_head=False), 1.5)
     assert [h.outcome for h in step.delivery.history][-2:] == ["not_merged", "passed"]
     (second,) = of(step, Merge)
     assert second.key == f"deliver/acme/web#12/r1/merge/{H1}/2"

@@ -62,12 +62,22 @@ def test_without_a_deploy_table_the_delivery_ends_when_merged() -> None:
     assert "no [deliver.deploy] table" in progress.check_title
 
 
-def test_the_deployment_waits_for_a_webhook_until_its_deadline() -> None:
+def test_the_deployment_waits_for_a_webhook_and_reads_again_meanwhile() -> None:
+    """GitHub may never send the deployment's webhook: the deployments are read again
+    5 s after the merge, then at doubling steps up to 5 minutes (for the default hour),
+    and the last wake is the deadline."""
     drive = merged_pr()
-    step = drive(after(deployments=deployed("in_progress")), 5)
-    assert step.delivery.stage == "deployment" and step.wake_at == at(60)
+    step = drive(after(deployments=deployed("in_progress")), 0)
+    assert step.delivery.stage == "deployment" and step.wake_at == at(0) + timedelta(seconds=5)
     assert step.waiting is not None and step.waiting.on == "webhook"
     assert "to production" in step.waiting.what
+    step = drive(after(deployments=deployed("in_progress")), 1)  # 60 s in: again in 60 s
+    assert step.wake_at == at(2)
+    step = drive(after(deployments=deployed("in_progress")), 5)  # at most 5 minutes apart
+    assert step.wake_at == at(10)
+    step = drive(after(deployments=deployed("in_progress")), 57)
+    assert step.wake_at == at(60)  # the deadline
+    assert of(drive(after(deployments=deployed("in_progress")), 60), RaiseCard)
 
 
 def test_a_successful_deployment_then_matching_versions_deliver() -> None:

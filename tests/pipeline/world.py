@@ -1,7 +1,7 @@
 """A small simulated GitHub around one pull request, for property tests of ``decide``.
 
 It plays GitHub's rules (a merge lands only on the head it names, a merged PR takes no
-more pushes, a merge whose answer was lost shows as merged within minutes) and an
+more pushes, a merge whose answer was lost shows as merged within seconds) and an
 adversarial network (answers lost, late, or ambiguous), and checks the machine's
 promises after every decision. Not a test module: the tests import it.
 """
@@ -39,7 +39,11 @@ from pipeline.snapshot import PrReview, WriteOutcome
 from tests.pipeline.builders import ACTIONS, BASE, BOT, BOT_APP, H1, MERGED, NUMBER, REPO, T0, at
 
 Report = Literal["done", "head_moved", "refused", "ambiguous", "lost"]
-VISIBLE_AFTER = timedelta(minutes=4)  # a merge shows as merged at most this long after
+# A merge shows as merged at most this long after it landed: within the pipeline's read-back
+# grace (pipeline.context.RECONCILE_GRACE, 30 s). One that showed later still could not be
+# merged twice (GitHub refuses to merge a merged PR); here the World asserts the stronger
+# promise that no second merge is even asked for.
+VISIBLE_AFTER = timedelta(seconds=20)
 
 
 @dataclass(frozen=True)

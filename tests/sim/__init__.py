@@ -17,6 +17,10 @@ a reason; every malformed receipt repaired once; projections equal a replay of t
 
 ``python -m tests.sim --seeds 10 --steps 2000`` runs it from the command line;
 ``tests/e2e/test_simulation.py`` runs a bounded slice in CI and a long run with ``--slow``.
+
+:mod:`tests.sim.system` simulates the whole system the same way (the hub, the outbox,
+the delivery runner, the sweeper and the sandbox GitHub, in process, on simulated time):
+``python -m tests.sim --system`` and ``--long``; ``tests/e2e/test_system_simulation.py``.
 """
 
 from tests.sim.harness import MOVE_WEIGHTS, Simulation, Summary, run

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -58,3 +59,54 @@ def test_demo_runs_to_the_end_in_under_a_minute(tmp_path: Path) -> None:
     assert "the bot's review (COMMENTED): Reviewed 1 file: feature.py (+1 -0)." in out
     assert "check run autoloop/deliver: 1 created" in out
     assert "sticky progress comment: 1 created" in out
+
+
+def test_demo_json_is_one_object_with_both_stories(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOLOOP_")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "ghapp.commands.cli", "demo", "--json", "--only", "deliver"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = json.loads(proc.stdout)  # the whole of stdout: no story lines around it
+    assert summary["stories"] == ["deliver"] and "triage" not in summary
+    deliver = summary["deliver"]
+    assert deliver["stage"] == "delivered" and deliver["stages"][-1] == "delivered"
+    assert (deliver["merges"], deliver["reviews"]) == (1, 1)
+    assert deliver["check_runs"]["created"] == 1 and deliver["comments"]["created"] == 1
+    assert Path(summary["home"]).is_dir()
+
+
+def test_try_json_needs_an_answer_and_then_prints_the_trail(tmp_path: Path) -> None:
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("AUTOLOOP_")},
+        "AUTOLOOP_HOME": str(tmp_path / "home"),
+    }
+    cmd = [sys.executable, "-m", "ghapp.commands.cli", "try", "--json"]
+    refused = subprocess.run(
+        cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr.strip() == (
+        "autoloop: --json needs --answer N: there is no one to ask on a terminal"
+    )
+    proc = subprocess.run(
+        [*cmd, "--answer", "2"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    trail = json.loads(proc.stdout)
+    assert trail["answer"] == 2 and trail["card"]["options"][1] == "green"
+    assert trail["notices"] == ["Painted it green"]
+    first, second = trail["turns"]
+    assert second["resume"] == first["agent_session"]  # the answer resumed its session

@@ -200,3 +200,28 @@ def test_repo_installation_is_looked_up_once_per_repo_ignoring_case() -> None:
     installs.invalidate("acme/web")
     assert installs.get("acme/web") == 103
     assert seen == ["acme/web", "acme/api", "acme/web"]
+
+
+def test_app_jwt_is_minted_again_when_the_clock_is_set_back() -> None:
+    # Found by the whole-system simulation: a clock that ran hours ahead and was set right
+    # kept sending the JWT minted while it was ahead, which GitHub refuses as issued in the
+    # future, for as many hours as the clock had been ahead.
+    clock = Clock()
+    maker = AppJWT(7, keypair()[0], now=clock)
+    clock.t += 4 * 3600  # the host's clock jumps ahead
+    ahead = maker.token()
+    clock.t -= 4 * 3600  # and is set right again
+    now = maker.token()
+    assert now != ahead
+    claims = jwt.decode(now, keypair()[1], algorithms=["RS256"], options={"verify_exp": False})
+    assert claims["iat"] == int(NOW) - 60
+
+
+def test_an_invalidated_app_jwt_is_minted_again() -> None:
+    clock = Clock()
+    maker = AppJWT(7, keypair()[0], now=clock)
+    first = maker.token()
+    clock.t += 1
+    assert maker.token() == first
+    maker.invalidate()
+    assert maker.token() != first

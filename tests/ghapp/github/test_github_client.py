@@ -279,6 +279,24 @@ def test_a_token_refused_twice_raises_unauthorized(fake: FakeGitHub) -> None:
     assert len(fake.seen("GET", "/api/v3/repos/acme/web/issues/1")) == 2
 
 
+def test_a_refused_app_jwt_is_not_sent_again(fake: FakeGitHub) -> None:
+    # GitHub refuses a JWT issued in its future (our clock ran ahead): once refused, the
+    # next call mints a new one instead of sending the refused one until it expires.
+    fake.on(
+        "GET",
+        "/app/hook/deliveries",
+        httpx.Response(401, json={"message": "'Issued at' claim ('iat') must be ..."}),
+        httpx.Response(200, json=[]),
+    )
+    gh = client_for(fake)
+    with pytest.raises(Unauthorized):
+        gh.list_webhook_deliveries()
+    fake.clock += 1
+    assert gh.list_webhook_deliveries() == []
+    auths = [r.headers["authorization"] for r in fake.seen("GET", "/api/v3/app/hook/deliveries")]
+    assert len(auths) == 2 and auths[0] != auths[1]
+
+
 def test_lists_follow_next_page_links(fake: FakeGitHub) -> None:
     path = "/repos/acme/web/issues/1/comments"
 

@@ -8,6 +8,10 @@ the ledger's claim lets exactly one of them perform it.
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -15,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ghapp.runtime.hub import Hub
+from ghapp.runtime.outbox import gone, performer_name
 from ghapp.store.base import Store, open_store
 from kernel import inputs as k
 from kernel.records import Action
@@ -113,5 +118,60 @@ def test_a_hub_that_died_mid_attempt_is_taken_over_with_a_read_back(
         now[0] = T0.replace(minute=10)
         hub.perform(aid)
         assert calls == [(aid, 1)]  # attempts 1: the executor reads back before writing
+    finally:
+        store.close()
+
+
+def dead_pid() -> int:
+    """The pid of a process of this machine that has ended."""
+    proc = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    pid = int(proc.stdout)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return pid
+    raise AssertionError(f"pid {pid} was given to another process meanwhile: run again")
+
+
+def test_a_claimant_counts_as_gone_only_when_that_can_be_told_for_sure() -> None:
+    me = performer_name()
+    host, ns, _pid, _token = me.split(":")
+    dead = dead_pid()
+    assert ns, "the PID namespace is known on Linux"
+    assert gone(f"{host}:{ns}:{dead}:0badc0de", me)
+    assert not gone(f"other-host:{ns}:{dead}:0badc0de", me)  # another machine: the lease
+    assert not gone(f"{host}:1:{dead}:0badc0de", me)  # another PID namespace
+    assert not gone(f"{host}::{dead}:0badc0de", me)  # namespace unknown
+    assert not gone(f"{host}:{ns}:{os.getppid()}:0badc0de", me)  # a running process
+    assert not gone(f"{host}:{dead}:0badc0de", me)  # the older three-part name
+    assert not gone(me, me)
+    # our own pid: an earlier life of it (a restarted container's first process) is gone,
+    # another outbox of this very process (a replica in a test) is not
+    assert gone(f"{host}:{ns}:{os.getpid()}:0badc0de", me)
+    assert not gone(performer_name(), me)
+
+
+def test_a_write_claimed_by_a_killed_server_is_taken_over_at_once(
+    store_url: str, tmp_path: Path
+) -> None:
+    calls: list[tuple[str, int]] = []
+    store = open_store(store_url)
+    try:
+        hub = hub_on(store, tmp_path / "h", SlowExecutor(calls, threading.Lock()))
+        aid = allowed_action(hub)
+        ns = os.stat("/proc/self/ns/pid").st_ino
+        killed = f"{socket.gethostname()}:{ns}:{dead_pid()}:0badc0de"
+        # the killed server had claimed it for 300 s, then died mid-attempt
+        assert hub.ledger.decide(k.ActionTried(action=aid, by=killed, lease_s=300)).reply.ok
+        hub.perform(aid)
+        assert calls == [(aid, 1)]  # at once, and told to read back first
+        with store.read() as tx:
+            action = tx.get("action", aid)
+        assert isinstance(action, Action) and action.status == "done"
     finally:
         store.close()

@@ -117,6 +117,28 @@ def test_a_source_body_over_a_mebibyte_is_413(tmp_path: Path) -> None:
         assert events_in(live) == []
 
 
+@pytest.mark.parametrize(
+    "fields",
+    [{"id": "a\u0000b"}, {"type": "order.\u0000"}, {"subject": "order-\u00007"}],
+)
+def test_a_nul_character_in_a_source_event_key_is_400_on_each_ledger(
+    tmp_path: Path, ledger_env: dict[str, str], fields: dict[str, str]
+) -> None:
+    """PostgreSQL's text holds no NUL: it was a 503, and /healthz said the ledger was not
+    writable, for one client's body."""
+    with live_server(tmp_path / "h", RULES, env={**ENV, **ledger_env}, start_worker=False) as live:
+        resp = post_source(live, source_event(**fields))
+        assert resp.status_code == 400, resp.text
+        assert resp.json()["error"] == '"id", "type" and "subject" must not hold NUL characters'
+        assert events_in(live) == []
+        # NUL in the text that is kept as data is stored as it came
+        ok = post_source(live, source_event(summary="a\u0000b", details={"k\u0000": "v\u0000"}))
+        assert ok.status_code == 200, ok.text
+        (row,) = events_in(live)
+        assert (row.event.summary, dict(row.event.details)) == ("a\x00b", {"k\x00": "v\x00"})
+        assert httpx.get(f"{live.url}/healthz", timeout=10).json()["ok"] is True
+
+
 # ---------------------------------------------------------------- GitHub webhooks
 
 
@@ -213,12 +235,31 @@ def test_a_huge_field_is_stored_cut_and_does_not_hold_other_acks(tmp_path: Path)
         print(f"big delivery acked in {big_s:.2f} s; small ones meanwhile: {waits}")
         assert status == 200 and big_s < 10
         assert max(waits) < 2.0, waits
+        live.settle()  # decided right after its ack
         with live.ctx.store.read() as tx:
             tx.cur.execute("SELECT max(length(data)) FROM facts")
             (longest,) = tx.cur.fetchone()
         assert longest < 20_000  # the fact was 8 MB
         (row,) = [e for e in events_in(live) if e.event.id == "big"]
         assert len(row.event.subject) == 2_048 + len("#1")
+
+
+def test_a_nul_character_in_a_webhook_subject_is_stored_as_u_fffd_on_each_ledger(
+    tmp_path: Path, ledger_env: dict[str, str]
+) -> None:
+    """A subject is part of a matter's id, a key of the ledger: on PostgreSQL a NUL in
+    ``repository.full_name`` was a 503 for every redelivery, and /healthz went unhealthy."""
+    payload = json.loads(fixture("issues/opened.json"))
+    payload["repository"]["full_name"] = "octo\u0000cat/hello"
+    body = json.dumps(payload).encode()
+    with live_server(
+        tmp_path / "h", RULES, env={**GITHUB_ENV, **ledger_env}, start_worker=False
+    ) as live:
+        resp = post_webhook(live, "issues", body, delivery="nul")
+        assert resp.status_code == 200, resp.text
+        (row,) = events_in(live)
+        assert row.event.subject.startswith("octo\ufffdcat/hello#")
+        assert httpx.get(f"{live.url}/healthz", timeout=10).json()["ok"] is True
 
 
 # ---------------------------------------------------------------- replays
@@ -229,11 +270,13 @@ def answers(resps: list[httpx.Response]) -> list[tuple[int, bool]]:
 
 
 def test_a_signed_body_replayed_under_new_delivery_ids_is_recorded_once(
-    tmp_path: Path,
+    tmp_path: Path, ledger_env: dict[str, str]
 ) -> None:
+    """On each ledger: the content keys live in ``fact_keys`` (append-only)."""
     body = fixture("issues/opened.json")
     home = tmp_path / "h"
-    with live_server(home, RULES, env=GITHUB_ENV, start_worker=False) as live:
+    env = {**GITHUB_ENV, **ledger_env}
+    with live_server(home, RULES, env=env, start_worker=False) as live:
         first = post_webhook(live, "issues", body, delivery="original")
         replays = [post_webhook(live, "issues", body) for _ in range(50)]
         # GitHub's own redelivery: the same id and body
@@ -242,7 +285,7 @@ def test_a_signed_body_replayed_under_new_delivery_ids_is_recorded_once(
         assert answers([*replays, again]) == [(200, True)] * 51
         assert [row.event.id for row in events_in(live)] == ["original"]
     # the key is in the ledger: a restart remembers it
-    with live_server(home, RULES, env=GITHUB_ENV, start_worker=False) as live:
+    with live_server(home, RULES, env=env, start_worker=False) as live:
         assert answers([post_webhook(live, "issues", body)]) == [(200, True)]
         # the same body under another event name is another delivery
         assert answers([post_webhook(live, "issue_comment", body)]) == [(200, False)]
@@ -253,13 +296,14 @@ def test_a_signed_body_replayed_under_new_delivery_ids_is_recorded_once(
 
 
 def test_a_replayed_delivery_of_several_events_is_a_duplicate_for_each(
-    tmp_path: Path,
+    tmp_path: Path, ledger_env: dict[str, str]
 ) -> None:
     payload = json.loads(fixture("check_suite/completed.json"))
     second = dict(payload["check_suite"]["pull_requests"][0], number=7)
     payload["check_suite"]["pull_requests"].append(second)
     body = json.dumps(payload).encode()
-    with live_server(tmp_path / "h", RULES, env=GITHUB_ENV, start_worker=False) as live:
+    env = {**GITHUB_ENV, **ledger_env}
+    with live_server(tmp_path / "h", RULES, env=env, start_worker=False) as live:
         first = post_webhook(live, "check_suite", body, delivery="d1")
         replay = post_webhook(live, "check_suite", body, delivery="d2")
         assert first.json()["duplicate"] is False
@@ -267,9 +311,10 @@ def test_a_replayed_delivery_of_several_events_is_a_duplicate_for_each(
         assert sorted(row.event.id for row in events_in(live)) == ["d1:pr2", "d1:pr7"]
 
 
-def test_replays_in_one_burst_are_recorded_once(tmp_path: Path) -> None:
+def test_replays_in_one_burst_are_recorded_once(tmp_path: Path, ledger_env: dict[str, str]) -> None:
     body = fixture("pull_request/opened.json")
-    with live_server(tmp_path / "h", RULES, env=GITHUB_ENV, start_worker=False) as live:
+    env = {**GITHUB_ENV, **ledger_env}
+    with live_server(tmp_path / "h", RULES, env=env, start_worker=False) as live:
         with ThreadPoolExecutor(max_workers=16) as pool:
             resps = list(pool.map(lambda _: post_webhook(live, "pull_request", body), range(32)))
         assert {r.status_code for r in resps} == {200}
