@@ -1,11 +1,12 @@
 """Run every benchmark in sequence and print a compact summary table.
 
-``python -m bench`` runs ``decision`` and ``ledger`` (this package's own), then the
-benches other parts of the project add when they are present (``agent_spawn``,
-``ingest``, ``redact``); a missing one is skipped with a note. Every figure is measured
+``python -m bench`` runs ``decision``, ``ledger`` and ``ingest`` (this package's own,
+whose figures go into the summary table), then the benches other parts of the project
+add when they are present (``agent_spawn``, ``redact``); a missing one is skipped with
+a note. Every figure is measured
 against a baseline taken in the same run on the same machine; see ``bench/README.md``.
 
-Usage: python -m bench [--quick] [--pg] [--only decision,ledger,...]
+Usage: python -m bench [--quick] [--pg] [--no-probot] [--only decision,ledger,ingest,...]
 """
 
 from __future__ import annotations
@@ -23,16 +24,16 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-OWN = ("decision", "ledger")
+OWN = ("decision", "ledger", "ingest")
 # Benches that print their own figures from main(); the argv each gets (full, --quick).
 OTHERS: dict[str, tuple[list[str], list[str]]] = {
     "agent_spawn": ([], ["--runs", "5"]),
-    "ingest": ([], ["--quick"]),
     "redact": ([], []),
 }
 QUICK: dict[str, dict[str, Any]] = {
     "decision": {"iterations": 200, "matters": 30, "warmup": 20},
     "ledger": {"events": 40, "rounds": 1, "backlog": 40, "burst": 10, "subjects": 5},
+    "ingest": {},  # bench.ingest.QUICK
 }
 
 
@@ -80,6 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny sizes: checks it runs")
     parser.add_argument("--pg", action="store_true", help="also run the ledger on PostgreSQL")
     parser.add_argument("--only", default="", help="comma-separated bench names")
+    parser.add_argument("--no-probot", action="store_true", help="ingest: leave Probot out")
     args = parser.parse_args(argv)
     names = [*OWN, *OTHERS]
     if args.only:
@@ -99,9 +101,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         began = time.perf_counter_ns()
         if name in OWN:
             module = importlib.import_module(f"bench.{name}")
-            sizes: dict[str, Any] = dict(QUICK[name]) if args.quick else {}
+            sizes: dict[str, Any] = dict(QUICK[name] or module.QUICK) if args.quick else {}
             if name == "ledger":
                 sizes["pg"] = args.pg
+            if name == "ingest":
+                sizes["probot"] = not args.no_probot
             figures = module.run(**sizes)
             table.extend(module.summarize(figures))
         else:

@@ -32,6 +32,13 @@ class Live:
     def hub(self) -> Any:
         return self.running.server.hub
 
+    def settle(self, timeout: float = 10.0) -> None:
+        """Wait until every acknowledged webhook is decided (they are, right after
+        their ack: see ghapp.runtime.inbox)."""
+        inbox = self.running.inbox
+        if inbox is not None:
+            assert inbox.settle(timeout), f"{inbox.waiting()} deliveries still waiting"
+
 
 @contextlib.contextmanager
 def live_server(

@@ -12,31 +12,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
-import importlib.metadata
 import json
 import os
 import sys
-import tempfile
-import uuid
-from collections import Counter
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ghapp.commands.home import (
-    Home,
-    db_url,
-    home_from_env,
-    init_home,
-    require_home,
-    start_new_ledger,
-)
-from ghapp.commands.show import Out
-from ghapp.runtime.details import read_details
-from ghapp.store.base import StoreError
-from kernel.codec import to_data
-from kernel.errors import ConfigError
-from kernel.model import Event
-from kernel.records import Card, EventRow, Matter, Pipeline, Queued, Timer, Turn
+if TYPE_CHECKING:  # the commands import what they use: --help and status start fast
+    from ghapp.commands.home import Home
+    from ghapp.commands.show import Out
+    from kernel.records import Card, Turn
 
 # name -> "module:function"; each function takes the remaining argv and returns an exit code.
 EXTERNAL: dict[str, str] = {
@@ -66,6 +50,8 @@ def _print_json(obj: Any) -> None:
 def _open() -> Home:
     """The home named by AUTOLOOP_HOME; a folder that holds none is refused (exit 2)
     before the ledger is made there, so a typo never looks like an empty install."""
+    from ghapp.commands.home import Home, home_from_env, require_home  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+
     env = dict(os.environ)
     home = home_from_env(env)
     require_home(home, env)
@@ -94,6 +80,8 @@ class _Lines:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
+    from ghapp.commands.home import Home, db_url, home_from_env, init_home, start_new_ledger  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+
     home = home_from_env(os.environ)
     made = init_home(home)
     ledger = None
@@ -117,6 +105,9 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_emit(args: argparse.Namespace) -> int:
+    from ghapp.runtime.details import read_details  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+    from kernel.model import Event  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+
     ctx = _open()
     try:
         details = read_details(args.details)
@@ -145,6 +136,8 @@ def _turn_line(turn: Turn) -> str:
 
 
 def cmd_drain(args: argparse.Namespace) -> int:
+    from ghapp.commands.show import Out  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+
     ctx = _open()
     quiet = args.json
     out = Out()
@@ -194,6 +187,8 @@ def cmd_drain(args: argparse.Namespace) -> int:
 def _nothing_to_run(ctx: Home) -> str:
     """Why a drain ran nothing: a turn that still runs holds its matter (it may belong to
     another process, or to one that died: then its claim lapses at ``lease_until``)."""
+    from kernel.records import Turn  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+
     with ctx.store.read() as tx:
         running = [t for t in tx.query("turn", states=["running"]) if isinstance(t, Turn)]
     if not running:
@@ -210,6 +205,8 @@ def _nothing_to_run(ctx: Home) -> str:
 def _usage(ctx: Home) -> dict[str, Any]:
     """Turns, tokens and cost of today and of the last 7 days (local days of the rules)."""
     from ghapp.runtime.budget import day_bounds, usage_between  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+    from kernel.errors import ConfigError  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+    from kernel.records import Turn  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
 
     now = ctx.clock()
     try:
@@ -239,6 +236,9 @@ def _usage(ctx: Home) -> dict[str, Any]:
 
 
 def status_data(ctx: Home) -> dict[str, Any]:
+    from kernel.codec import to_data  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+    from kernel.records import Card, EventRow, Matter, Pipeline, Queued, Timer, Turn  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+
     with ctx.store.read() as tx:
         turns = [t for t in tx.query("turn") if isinstance(t, Turn)]
         cards = [c for c in tx.query("card") if isinstance(c, Card)]
@@ -342,6 +342,10 @@ RECENT_TURNS = 10
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from collections import Counter  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+
+    from ghapp.commands.show import Out  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+
     ctx = _open()
     data = status_data(ctx)
     if args.json:
@@ -440,6 +444,9 @@ def _short_time(value: object) -> str:
 
 def why_trail(store: Any, turn_id: str) -> dict[str, Any] | None:
     """The trail of one turn as data: rules version, events, claim, agent, receipt, cards."""
+    from kernel.codec import to_data  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+    from kernel.records import Card, EventRow, Turn  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+
     with store.read() as tx:
         turn = tx.get("turn", turn_id)
         if not isinstance(turn, Turn):
@@ -555,6 +562,9 @@ def _why_delivery(ctx: Home, args: argparse.Namespace) -> int:
 
 
 def cmd_cards(args: argparse.Namespace) -> int:
+    from ghapp.commands.show import Out  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+    from kernel.records import Card  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+
     if getattr(args, "cards_command", None) == "dismiss":
         return cmd_dismiss(args)
     ctx = _open()
@@ -633,6 +643,8 @@ def cmd_answer(args: argparse.Namespace) -> int:
 
 
 def cmd_rebuild(args: argparse.Namespace) -> int:
+    from ghapp.commands.show import Out  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+
     ctx = _open()
     from ghapp.runtime.ledger import Ledger  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
 
@@ -678,6 +690,14 @@ TRY_RULES = {
 
 
 def cmd_try(args: argparse.Namespace) -> int:
+    import tempfile  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+    import uuid  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+    from pathlib import Path  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+
+    from ghapp.commands.home import Home, init_home  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+    from kernel.model import Event  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+    from kernel.records import Turn  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+
     base = os.environ.get("AUTOLOOP_HOME")
     home = (
         Path(base).expanduser() / "try" if base else Path(tempfile.mkdtemp(prefix="autoloop-try-"))
@@ -777,10 +797,24 @@ def cmd_try(args: argparse.Namespace) -> int:
 
 
 def _version() -> str:
+    import importlib.metadata  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+
     try:
         return importlib.metadata.version("autoloop")
     except importlib.metadata.PackageNotFoundError:  # run from a checkout, not installed
         return "unknown"
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: the installed version, looked up only when asked (reading the
+    package metadata costs more than the rest of ``--help``)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        print(f"autoloop {_version()}")  # on stdout, as argparse's own version action
+        parser.exit()
 
 
 class _Parser(argparse.ArgumentParser):
@@ -804,7 +838,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="autoloop",
         description="Run command-line coding agents on events; ask people when it matters.",
     )
-    p.add_argument("--version", action="version", version=f"autoloop {_version()}")
+    p.add_argument("--version", action=_VersionAction, help="show the version and exit")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     s = sub.add_parser("init", help="create AUTOLOOP_HOME, a starter rules.json and master.key")
@@ -912,10 +946,13 @@ def _main(args_list: list[str]) -> int:
     try:
         result: int = args.func(args)
         return result
-    except ConfigError as exc:
-        return _die(2, str(exc))
-    except StoreError as exc:
-        return _die(2, str(exc))
+    except Exception as exc:
+        from ghapp.store.base import StoreError  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+        from kernel.errors import ConfigError  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+
+        if isinstance(exc, ConfigError | StoreError):
+            return _die(2, str(exc))
+        raise
     except KeyboardInterrupt:
         return _die(1, "interrupted; nothing accepted was lost")
 

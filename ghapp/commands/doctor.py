@@ -37,7 +37,7 @@ from ghapp.github.client import GitHubClient
 from ghapp.github.errors import GitHubError, NotFound, Unauthorized, Unreachable
 from ghapp.github.manifest import WEBHOOK_PATH, events_missing, permissions_missing
 from ghapp.github.retry import Policy
-from ghapp.runtime.hub import load_rules, rules_path
+from ghapp.runtime.rules_file import load_rules, rules_path
 from ghapp.runtime.settings import GitHubSettings, Settings, SettingsError
 from kernel.errors import ConfigError
 from kernel.model import AgentSpec, Rules

@@ -17,14 +17,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from ghapp.runtime.hub import LEASE_MARGIN_S, Hub, clock_from_env, load_rules, rules_path
+from ghapp.runtime.rules_file import clock_from_env, load_rules, rules_path
 from ghapp.store.base import Store, StoreError, open_store
 from ghapp.store.sqlite import sqlite_file
 from kernel.errors import ConfigError
 from kernel.model import Rules
 from kernel.rules import starter_rules_text
+
+if TYPE_CHECKING:
+    from ghapp.runtime.hub import Hub
 
 log = logging.getLogger("autoloop.home")
 
@@ -189,6 +192,8 @@ def lease_margin_from_env(env: Mapping[str, str]) -> float:
     """AUTOLOOP_LEASE_MARGIN_S: seconds a claim outlives the rule's timeout_s (default 120)."""
     raw = env.get("AUTOLOOP_LEASE_MARGIN_S")
     if not raw:
+        from ghapp.runtime.hub import LEASE_MARGIN_S  # noqa: PLC0415  # the hub loads only where it is used
+
         return LEASE_MARGIN_S
     try:
         value = float(raw)
@@ -283,6 +288,7 @@ class Home:
 
     def hub(self, *, console: TextIO | None = None, **kw: object) -> Hub:
         """The hub of this home; ``console`` is where console channels print (stderr)."""
+        from ghapp.runtime.hub import Hub  # noqa: PLC0415  # the hub loads only where it is used
         from plugins.agents.registry import make_agent  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
         from plugins.channels.local import channel_makers  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
 

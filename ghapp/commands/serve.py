@@ -31,16 +31,27 @@ import uvicorn
 
 from ghapp.commands.home import Home, configure_logs, read_master_key, require_home, reset_logs
 from ghapp.runtime import crash
+from ghapp.runtime.inbox import Inbox, inbox_path
 from ghapp.runtime.ingest import IngestQueue
+from ghapp.runtime.ledger import Outcome
 from ghapp.runtime.links import CardLinks
 from ghapp.runtime.settings import Settings, SettingsError
 from ghapp.runtime.worker import WorkerLoop
 from ghapp.store.base import StoreError
+from ghapp.store.sqlite import sqlite_file
 from ghapp.web.app import Server, create_app
-from ghapp.web.connections import HEADER_TIMEOUT_S, http_config, raise_open_files
+from ghapp.web.connections import (
+    HEADER_TIMEOUT_S,
+    event_loop,
+    guarded_protocol,
+    http_config,
+    raise_open_files,
+)
 from kernel.errors import ConfigError
+from kernel.model import Event
 
 log = logging.getLogger("autoloop.serve")
+SWITCH_INTERVAL_S = 0.0005
 
 
 @dataclass
@@ -50,11 +61,20 @@ class Running:
     queue: IngestQueue
     extras: list[Any]
     notes: list[str] = field(default_factory=list)  # printed once on start
+    inbox: Inbox | None = None
 
     def start(self, *, worker: bool = True) -> None:
         """Start the background parts: the ingest writer, the worker loop (unless
-        ``worker=False``) and whatever the GitHub App wired in (sweeper, answer desk)."""
+        ``worker=False``) and whatever the GitHub App wired in (sweeper, answer desk).
+        Deliveries a previous process acknowledged and left in the inbox are decided
+        first: by the time this returns, every acknowledged delivery is in the ledger."""
         self.queue.start()
+        if self.inbox is not None:
+            recovered = self.inbox.start()
+            if recovered:
+                self.notes.append(
+                    f"{recovered} delivery(ies) acknowledged before a restart were recorded"
+                )
         if worker:
             self.worker.start()
         for extra in self.extras:
@@ -68,6 +88,8 @@ class Running:
             if stop is not None:
                 stop()
         self.worker.stop()
+        if self.inbox is not None:
+            self.inbox.stop()  # decides every acknowledged delivery first
         self.queue.stop()
 
 
@@ -124,11 +146,44 @@ def build(
         links=links,
         wake=worker.wake,
     )
+    ledger_file = sqlite_file(ctx.store.url)
+    if secret is not None and ledger_file is not None:
+        server.inbox = make_inbox(server, ledger_file)
     if github is not None:
         from ghapp.commands.github_app import attach  # noqa: PLC0415  # only with GitHub configured
 
         extras.extend(attach(server, hub, github, links=links, env=ctx.env))
-    return Running(server=server, worker=worker, queue=queue, extras=extras, notes=notes)
+    return Running(
+        server=server, worker=worker, queue=queue, extras=extras, notes=notes, inbox=server.inbox
+    )
+
+
+def make_inbox(server: Server, ledger_file: Path) -> Inbox:
+    """The webhook inbox beside a SQLite ledger: what its translator decided is counted,
+    wakes the worker and reaches the GitHub App's handlers, as the webhook route did."""
+    m = server.metrics
+
+    def decided(events: list[Event], outs: list[Outcome]) -> None:
+        codes = [o.reply.code for o in outs]
+        m.inc("events_recorded_total", codes.count("recorded"))
+        m.inc("events_duplicate_total", codes.count("duplicate"))
+        if not events:
+            return
+        server.wake()
+        if server.on_events is not None:
+            server.on_events(events)
+        if server.on_comment is not None:
+            for e in events:
+                if e.type == "issue_comment.created":
+                    server.on_comment(e)
+
+    return Inbox(
+        inbox_path(ledger_file),
+        server.hub.ledger,
+        ledger_file,
+        identity=lambda: (server.app_slug, server.app_id),
+        on_decided=decided,
+    )
 
 
 @contextlib.contextmanager
@@ -139,6 +194,8 @@ def serving_in_thread(
     host: str = "127.0.0.1",
     header_timeout_s: float = HEADER_TIMEOUT_S,
     max_connections: int | None = None,
+    http: str = "auto",
+    loop: str = "auto",
 ) -> Iterator[str]:
     """Serve ``running`` (already started) with uvicorn in a thread of this process, for
     the demo and the tests; yields the base URL once the server listens."""
@@ -149,6 +206,8 @@ def serving_in_thread(
         log_level="error",
         header_timeout_s=header_timeout_s,
         max_connections=max_connections,
+        http=http,
+        loop=loop,
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
@@ -206,7 +265,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", default="local", help="this worker's name")
     p.add_argument("--config", type=Path, help="a TOML settings file")
     p.add_argument("--base-url", default="", help="public URL of this server, for card links")
+    p.add_argument(
+        "--http",
+        choices=("auto", "httptools", "h11"),
+        default=None,
+        help="HTTP parser (default: AUTOLOOP_HTTP, else auto: httptools when installed)",
+    )
+    p.add_argument(
+        "--loop",
+        choices=("auto", "uvloop", "asyncio"),
+        default=None,
+        help="event loop (default: AUTOLOOP_LOOP, else auto: uvloop when installed)",
+    )
     return p
+
+
+def stack(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[str, str]:
+    """The HTTP parser and the event loop to serve with: the flags, else
+    ``AUTOLOOP_HTTP``/``AUTOLOOP_LOOP``, else ``auto`` (the fastest one installed).
+    One that is unknown or not installed is a :class:`SettingsError`."""
+    http = args.http or env.get("AUTOLOOP_HTTP", "").strip().lower() or "auto"
+    loop = args.loop or env.get("AUTOLOOP_LOOP", "").strip().lower() or "auto"
+    try:
+        guarded_protocol(http)
+        event_loop(loop)
+    except ValueError as exc:
+        raise SettingsError(f"{exc} (--http/AUTOLOOP_HTTP, --loop/AUTOLOOP_LOOP)") from None
+    return http, loop
 
 
 def main(argv: list[str]) -> int:
@@ -229,6 +314,7 @@ def main(argv: list[str]) -> int:
     try:
         settings = Settings.from_env(env, args.config)
         require_home(settings.home, env)
+        http, loop = stack(args, env)
         sock = listen_socket(args.host, args.port)
     except (SettingsError, ConfigError) as exc:
         print(f"autoloop serve: {exc}", file=sys.stderr)
@@ -254,6 +340,8 @@ def main(argv: list[str]) -> int:
         create_app(running.server),
         host=args.host,
         port=port,
+        http=http,
+        loop=loop,
         log_level="warning",
         log_config=None,  # uvicorn's records go to our handler: one format, redacted
         access_log=False,
@@ -272,6 +360,10 @@ def main(argv: list[str]) -> int:
 
     signal.signal(signal.SIGTERM, _term)
     settle_heap()
+    # The inbox's translator yields to requests being acknowledged, but the event loop
+    # can only say so once it holds the GIL: let it have it within 0.5 ms, not Python's
+    # default 5 ms (measured: the default let the translator's batches delay acks).
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     try:
         server.run(sockets=[sock])
     finally:

@@ -14,14 +14,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, time, timedelta
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 from zoneinfo import ZoneInfo
 
 from kernel import facts as f
-from kernel import inputs as k
 from kernel.durations import iso
 from kernel.model import Rules
 from kernel.records import Turn
+
+if TYPE_CHECKING:  # the notice is made only when a cap is reached: status starts fast
+    from kernel import inputs as k
 
 __all__ = ["Usage", "UsageMeter", "cap_notice", "day_bounds", "usage_between"]
 
@@ -74,6 +76,8 @@ def cap_notice(rules: Rules, now: datetime, used: Usage) -> k.OwnerNotice | None
         return None
     day, _, end = day_bounds(now, rules.timezone)
     resume_at = datetime.fromisoformat(end).astimezone(ZoneInfo(rules.timezone))
+    from kernel import inputs as k  # noqa: PLC0415  # only when a cap is reached: status starts fast
+
     return k.OwnerNotice(
         key=f"budget/{day}",
         title="Daily spend cap reached: no new agent turns today",

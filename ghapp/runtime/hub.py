@@ -11,27 +11,25 @@ import errno
 import logging
 import math
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 from ghapp.runtime.budget import UsageMeter, cap_notice, day_bounds
 from ghapp.runtime.cards import Cards, ChannelMaker
 from ghapp.runtime.ledger import Ledger, Outcome
 from ghapp.runtime.outbox import Outbox
+from ghapp.runtime.rules_file import real_clock
 from ghapp.runtime.turns import PreparedTurn, prepare, run_agent, stop_leftovers
 from ghapp.store.base import Store
 from kernel import facts as f
 from kernel import inputs as k
-from kernel.errors import ConfigError
 from kernel.model import OWNER_MATTER, Event, Rules
 from kernel.records import Card, EventRow, Matter, Turn
-from kernel.rules import parse_rules
 from plugins.protocols import Channel, Executor
-from plugins.sources import github as github_source
 
 log = logging.getLogger("autoloop.hub")
 
@@ -49,69 +47,6 @@ def _reason(exc: BaseException) -> str:
         where = f" ({exc.filename})" if exc.filename else ""
         return f"{name}: {exc.strerror or exc}{where}"
     return f"{type(exc).__name__}: {exc}"
-
-
-def real_clock() -> datetime:
-    return datetime.now(UTC)
-
-
-def clock_from_env(env: Mapping[str, str]) -> Callable[[], datetime]:
-    """AUTOLOOP_CLOCK pins "now" for one process (ISO 8601 with offset)."""
-    pinned = env.get("AUTOLOOP_CLOCK")
-    if not pinned:
-        return real_clock
-    try:
-        at = datetime.fromisoformat(pinned)
-    except ValueError:
-        raise ConfigError(
-            f"{pinned!r} is not ISO 8601 (e.g. 2026-11-30T09:00:00+00:00)", file="AUTOLOOP_CLOCK"
-        ) from None
-    if at.tzinfo is None:
-        raise ConfigError(f"{pinned!r} needs an offset, e.g. +00:00", file="AUTOLOOP_CLOCK")
-    return lambda: at
-
-
-def rules_path(home: Path) -> Path:
-    for name in ("rules.json", "rules.toml"):
-        if (home / name).exists():
-            return home / name
-    return home / "rules.json"
-
-
-def load_rules(home: Path, *, agents: Iterable[str], channels: Iterable[str]) -> Rules:
-    path = rules_path(home)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise ConfigError("not found; run 'autoloop init'", file=str(path)) from None
-    except OSError as exc:
-        raise ConfigError(f"cannot be read ({exc.strerror})", file=str(path)) from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(
-            f"not UTF-8 text (byte {exc.start} is {raw[exc.start]:#04x}): the file is damaged "
-            "or not a rules file; restore it or run 'autoloop init' in an empty folder",
-            file=str(path),
-        ) from None
-    rules = parse_rules(
-        text,
-        path=str(path),
-        fmt="toml" if path.suffix == ".toml" else "json",
-        known_agent_adapters=frozenset(agents),
-        known_channel_adapters=frozenset(channels),
-        known_actions={github_source.SOURCE: github_source.ACTIONS},
-        sources=(github_source.SOURCE,),
-    )
-    try:
-        ZoneInfo(rules.timezone)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise ConfigError(
-            f"unknown time zone {rules.timezone!r} (e.g. UTC, Europe/Berlin)",
-            file=str(path),
-            field="timezone",
-        ) from None
-    return rules
 
 
 def scrub(value: Any, redact: Redact) -> Any:

@@ -31,9 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from cryptography.hazmat.primitives.asymmetric import rsa
-from cryptography.hazmat.primitives.serialization import load_pem_private_key
-
 __all__ = [
     "DEFAULT_GITHUB_URL",
     "SETTINGS_FILE",
@@ -161,6 +158,10 @@ class Settings:
                     f"{what_to_do}"
                 ) from None
             origin = f"the file {path}"
+        # loaded only when a key is given: a server without a GitHub App stays small
+        from cryptography.hazmat.primitives.asymmetric import rsa  # noqa: PLC0415
+        from cryptography.hazmat.primitives.serialization import load_pem_private_key  # noqa: PLC0415
+
         try:
             key = load_pem_private_key(text.encode("utf-8") + b"\n", password=None)
         except (ValueError, TypeError):

@@ -30,7 +30,6 @@ from typing import Any, Protocol
 from kernel.codec import dump_fact, dump_record, load_fact, load_record
 from kernel.facts import Fact, extra_keys, fact_key, is_extra_key
 from kernel.records import EventRow, Queued, Record, index_of
-from kernel.state import replay
 
 # 1: event rows in ``records``; 2: event rows in their own ``events`` table;
 # 3: each event waiting in a matter is a ``queued`` record (not a list in the matter).
@@ -509,6 +508,8 @@ def migrate(cur: Any, ph: str) -> None:
 
 def rebuild_records(tx: Tx) -> int:
     """Replace every projection row with a replay of the facts; the number written."""
+    from kernel.state import replay  # noqa: PLC0415  # only a rebuild folds every fact: start-up stays fast
+
     records = replay([fact for _, _, fact in tx.facts()]).records()
     tx.replace_records(records)
     return len(records)

@@ -32,8 +32,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
-from urllib.parse import parse_qs
 
 import orjson
 from starlette.applications import Starlette
@@ -47,15 +45,16 @@ from ghapp.runtime import crash
 from ghapp.runtime.details import MAX_BYTES as MAX_DETAILS_BYTES
 from ghapp.runtime.details import problem
 from ghapp.runtime.hub import Hub
+from ghapp.runtime.inbox import Inbox, Received
 from ghapp.runtime.ingest import ASIDE_BYTES, IngestQueue
 from ghapp.runtime.links import CardLinks
+from ghapp.runtime.webhooks import BadBody, content_digest, inputs_for, webhook_payload
 from ghapp.web.access import WebhookLog
 from ghapp.web.cards import form_choice, render_card_page
 from ghapp.web.metrics import Metrics, render_metrics
 from kernel import inputs as k
 from kernel.model import Event
 from kernel.records import Card
-from plugins.sources.github import event_type, translate
 
 log = logging.getLogger("autoloop.web")
 
@@ -84,56 +83,23 @@ class Server:
     on_comment: Callable[[Event], None] | None = None
     on_events: Callable[[list[Event]], None] | None = None  # every recorded webhook's events
     webhook_log: WebhookLog = field(default_factory=WebhookLog)
-
-
-class BadBody(ValueError):
-    """A webhook body that is not a JSON object (answered 400)."""
+    inbox: Inbox | None = None  # with a SQLite ledger: acks wait for the inbox only
 
 
 def _media_type(request: Request) -> str:
     return request.headers.get("content-type", "").partition(";")[0].strip().lower()
 
 
-def _webhook_payload(body: bytes, *, form: bool) -> dict[str, Any]:
-    """The decoded payload of a webhook body, JSON or form-encoded.
-
-    A repository or organization webhook may be set to send
-    ``application/x-www-form-urlencoded``: the JSON is then the one ``payload`` field
-    (the signature still covers the raw body, checked before this)."""
-    raw: str | bytes = body
-    if form:
-        try:
-            fields = parse_qs(
-                body.decode("ascii"), keep_blank_values=True, max_num_fields=16, errors="strict"
-            )
-        except ValueError:  # non-ASCII bytes, bad UTF-8 escapes, too many fields
-            raise BadBody("form body is not URL-encoded: send payload=<JSON>") from None
-        values = fields.get("payload", [])
-        if len(values) != 1:
-            raise BadBody('a form-encoded webhook needs one "payload" field holding the JSON')
-        raw = values[0]
-    try:
-        payload = orjson.loads(raw)
-    except ValueError:
-        what = "the payload field" if form else "body"
-        raise BadBody(f"{what} is not JSON: send application/json payloads") from None
-    if not isinstance(payload, dict):
-        raise BadBody("body must be a JSON object")
-    return payload
-
-
-def _content_digest(event_name: str, body: bytes) -> str:
-    """What a delivery is made of, hashed: its event name and raw body (SHA-256)."""
-    digest = hashlib.sha256(event_name.encode("latin-1", "replace"))  # as the header came
-    digest.update(b"\n")
-    digest.update(body)
-    return digest.hexdigest()
-
-
 def _after_ack() -> BackgroundTask | None:
     """The crash test hook's last point (:mod:`ghapp.runtime.crash`), passed once the
     answer is sent; nothing when the hook is not armed (always, outside those tests)."""
     return BackgroundTask(crash.reach, crash.AFTER_ACK) if crash.armed() else None
+
+
+def _checked(item: Received) -> str:
+    """A big body decoded (:class:`BadBody` if it is not a JSON object) and hashed."""
+    webhook_payload(item.body, form=item.form)
+    return content_digest(item.name, item.body)
 
 
 def webhook_inputs(
@@ -151,20 +117,9 @@ def webhook_inputs(
     doings translate to no event: the delivery is then recorded as ignored, so that it
     is known (a redelivery of it is a duplicate, the sweeper does not ask for it again).
     """
-    payload = _webhook_payload(body, form=form)
-    events = translate(name, delivery, payload, app_slug=app_slug, app_id=app_id)
-    # GitHub signs the body only: the same body under a new delivery id is a replay (or
-    # the same event sent twice), recorded once. Each event of the delivery gets the
-    # body's key with its own suffix (":pr<N>").
-    content = "github:" + _content_digest(name, body)
-    if events:
-        inputs: list[k.Input] = [
-            k.Ingest(event=e, content_key=content + e.id[len(delivery) :]) for e in events
-        ]
-        return events, inputs
-    etype = event_type(name, payload)
-    own = Event(source="github", id=delivery, type=etype, subject="github")
-    return [], [k.Ingest(event=own, ignore="caused by this app", content_key=content)]
+    payload = webhook_payload(body, form=form)
+    digest = content_digest(name, body)
+    return inputs_for(name, delivery, payload, digest, app_slug=app_slug, app_id=app_id)
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -263,6 +218,10 @@ def create_app(server: Server) -> Starlette:
         if len(delivery) > MAX_DELIVERY_ID:
             return _error(400, f"X-GitHub-Delivery over {MAX_DELIVERY_ID} characters: not a GUID")
         form = _media_type(request) == FORM
+        inbox = server.inbox
+        if inbox is not None:
+            item = Received(name=name, delivery=delivery, body=body, form=form, digest="")
+            return await acknowledge(inbox, item, big=big, started=started)
         found: list[Event] = []
 
         def prepare() -> list[k.Input]:
@@ -302,6 +261,35 @@ def create_app(server: Server) -> Starlette:
             media_type="application/json",
             background=_after_ack(),
         )
+
+    async def acknowledge(inbox: Inbox, item: Received, *, big: bool, started: float) -> Response:
+        """The inbox's ack: the body is a JSON object, then durable in the inbox (or a
+        duplicate); its events are decided right after (:mod:`ghapp.runtime.inbox`)."""
+        m = server.metrics
+        inbox.request_in()  # the ack path has work: the translator waits (see the inbox)
+        try:
+            name, delivery = item.name, item.delivery
+            try:
+                if big:  # decoded and hashed off the event loop and the writer
+                    item.digest = await asyncio.to_thread(_checked, item)
+                    item.checked = True
+                dup = await inbox.submit(item)  # small bodies: decoded and hashed by the writer
+            except BadBody as exc:
+                return _error(400, str(exc))
+            except Exception as exc:  # the inbox cannot append (e.g. a full disk)
+                m.inc("webhook_unrecorded_total")
+                return _unrecorded(f"webhook {delivery} ({name})", exc)
+            m.inc("webhook_deliveries_total")
+            m.observe(time.perf_counter() - started)
+            answer = {"delivery": delivery, "duplicate": dup, "queued": not dup}
+            return Response(
+                orjson.dumps(answer),
+                status_code=200,
+                media_type="application/json",
+                background=_after_ack(),
+            )
+        finally:
+            inbox.request_out()
 
     async def generic_source(request: Request) -> Response:
         source = request.path_params["source"]
@@ -392,16 +380,18 @@ def create_app(server: Server) -> Starlette:
                 n = tx.fact_count()
         except Exception as exc:
             return JSONResponse({"ok": False, "ledger": str(exc)}, status_code=503)
-        failed = server.hub.ledger.write_error
+        inbox = server.inbox
+        failed = (inbox.write_error if inbox else None) or server.hub.ledger.write_error
+        waiting = {"waiting": inbox.waiting()} if inbox else {}
         if failed is not None:
             since = datetime.fromtimestamp(failed.at, UTC).isoformat(timespec="seconds")
             doc = {"ok": False, "ledger": f"not writable: {failed.message}", "since": since}
-            return JSONResponse({**doc, "facts": n}, status_code=503)
-        return JSONResponse({"ok": True, "facts": n})
+            return JSONResponse({**doc, "facts": n, **waiting}, status_code=503)
+        return JSONResponse({"ok": True, "facts": n, **waiting})
 
     async def metrics(request: Request) -> Response:
         return PlainTextResponse(
-            render_metrics(server.metrics, server.queue, server.hub.store),
+            render_metrics(server.metrics, server.queue, server.hub.store, server.inbox),
             media_type="text/plain; version=0.0.4",
         )
 

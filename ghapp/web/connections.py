@@ -1,10 +1,12 @@
 """HTTP connections that cannot pile up: a header deadline, and the idlest shed first.
 
-uvicorn's h11 protocol closes a connection that stays idle *after* a response
+uvicorn's HTTP/1.1 protocols close a connection that stays idle *after* a response
 (``timeout_keep_alive``), but one that never sends a request, or sends its headers a
 byte at a time, stays open for ever. Each holds a file descriptor: past the open-file
 limit ``accept()`` fails, and the server is unreachable for everyone, GitHub included.
-:class:`GuardedH11` adds two rules to uvicorn's h11 protocol:
+:func:`guarded_httptools` (the default, with ``uvicorn[standard]``) and
+:class:`GuardedH11` (where httptools cannot install) add two rules to uvicorn's
+protocol:
 
 - **a header deadline**: from the moment a connection opens, and again after each
   response, the next request's headers must be complete within ``header_timeout_s``
@@ -20,7 +22,9 @@ bursts, so that shedding keeps ``accept()`` clear of ``EMFILE``. Should it fail 
 asyncio logs a traceback for each failed ``accept()`` of the burst; that is folded into
 one line every 10 s.
 
-:func:`http_config` builds the uvicorn configuration with them, and
+:func:`http_config` builds the uvicorn configuration with them (httptools on uvloop
+when they are installed, else h11 on asyncio; ``AUTOLOOP_HTTP``/``AUTOLOOP_LOOP`` or
+``autoloop serve --http/--loop`` pick one), and
 :func:`raise_open_files` lifts this process's soft open-file limit to its hard limit
 (``autoloop serve`` calls it first): ``max_connections`` is that limit, less a reserve
 for the ledger, the logs, GitHub's connections and the agents' pipes.
@@ -30,11 +34,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import heapq
+import importlib.util
 import logging
 import resource
 import weakref
-from typing import Any
+from typing import Any, cast
 
 import h11
 import uvicorn
@@ -45,7 +51,10 @@ __all__ = [
     "GuardedH11",
     "OpenFiles",
     "backlog_for",
+    "event_loop",
     "guarded_h11",
+    "guarded_httptools",
+    "guarded_protocol",
     "http_config",
     "max_connections_for",
     "raise_open_files",
@@ -62,14 +71,21 @@ log = logging.getLogger("autoloop.web")
 _quieted: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
 
 
-class GuardedH11(H11Protocol):
-    """uvicorn's h11 protocol with a header deadline and shedding (see the module)."""
+class _Guard:
+    """The header deadline and shedding, for either of uvicorn's HTTP/1.1 protocols.
+
+    A subclass says whether the current request's headers are complete
+    (:meth:`_head_done`) and how to close (:meth:`_close`)."""
 
     header_timeout_s: float = HEADER_TIMEOUT_S
     max_connections: int | None = None
+    # set by uvicorn's protocol classes
+    loop: asyncio.AbstractEventLoop
+    transport: asyncio.Transport
+    connections: set[Any]
+    cycle: Any
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # as uvicorn: its transport is always a Transport
-        super().connection_made(transport)
+    def _guard_opened(self) -> None:
         if self.loop not in _quieted:
             _quiet_accept_errors(self.loop)
         self._idle_since = self.loop.time()
@@ -79,20 +95,17 @@ class GuardedH11(H11Protocol):
         if limit is not None and len(self.connections) > limit:
             self._shed(len(self.connections) - limit)
 
-    def data_received(self, data: bytes) -> None:
-        super().data_received(data)
-        if self._deadline is not None and self.conn.their_state is not h11.IDLE:
-            self._disarm()  # the headers are in: the request is the app's to read now
-
-    def on_response_complete(self) -> None:
-        super().on_response_complete()
-        if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
+    def _guard_response_done(self) -> None:
+        if not self.transport.is_closing() and not self._head_done():
             self._idle_since = self.loop.time()
             self._arm()
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
-        super().connection_lost(exc)
+    def _head_done(self) -> bool:
+        raise NotImplementedError
+
+    def _close(self) -> None:
+        if not self.transport.is_closing():
+            self.transport.close()
 
     # -- the deadline --------------------------------------------------------------------
 
@@ -107,7 +120,7 @@ class GuardedH11(H11Protocol):
 
     def _headers_late(self) -> None:
         self._deadline = None
-        if self.conn.their_state is h11.IDLE:
+        if not self._head_done():
             self._close()
 
     # -- shedding ------------------------------------------------------------------------
@@ -115,14 +128,37 @@ class GuardedH11(H11Protocol):
     def idle(self) -> bool:
         """No request in progress: waiting for one (or for the rest of its headers)."""
         busy = self.cycle is not None and not self.cycle.response_complete
-        return not busy and self.conn.their_state is h11.IDLE and not self.transport.is_closing()
+        return not busy and not self._head_done() and not self.transport.is_closing()
 
     def _shed(self, count: int) -> None:
-        idle = [
-            c for c in self.connections if c is not self and isinstance(c, GuardedH11) and c.idle()
-        ]
+        idle = [c for c in self.connections if c is not self and isinstance(c, _Guard) and c.idle()]
         for conn in heapq.nsmallest(count, idle, key=lambda c: c._idle_since):
             conn._close()
+
+
+class GuardedH11(_Guard, H11Protocol):
+    """uvicorn's h11 protocol with a header deadline and shedding (see the module)."""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # as uvicorn: its transport is always a Transport
+        super().connection_made(transport)
+        self._guard_opened()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self._deadline is not None and self._head_done():
+            self._disarm()  # the headers are in: the request is the app's to read now
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._guard_response_done()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _head_done(self) -> bool:
+        # h11 leaves IDLE only once a request's headers are complete
+        return self.conn.their_state is not h11.IDLE
 
     def _close(self) -> None:
         if self.transport.is_closing():
@@ -132,15 +168,83 @@ class GuardedH11(H11Protocol):
         self.transport.close()
 
 
+@functools.cache
+def guarded_httptools() -> type[_Guard] | None:
+    """uvicorn's httptools protocol with a header deadline and shedding (see the module);
+    None where httptools is not installed (``uvicorn[standard]`` could not install)."""
+    try:
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol  # noqa: PLC0415  # optional: only with uvicorn[standard]
+    except ImportError:  # pragma: no cover  # httptools absent
+        return None
+
+    class GuardedHttpTools(_Guard, HttpToolsProtocol):
+        _heads_in = False
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # as uvicorn: its transport is always a Transport
+            super().connection_made(transport)
+            self._heads_in = False
+            self._guard_opened()
+
+        def on_headers_complete(self) -> None:
+            self._heads_in = True
+            self._disarm()  # the headers are in: the request is the app's to read now
+            super().on_headers_complete()
+
+        def on_response_complete(self) -> None:
+            self._heads_in = False
+            super().on_response_complete()
+            self._guard_response_done()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def _head_done(self) -> bool:
+            return self._heads_in
+
+    return GuardedHttpTools
+
+
 def guarded_h11(
     *, header_timeout_s: float = HEADER_TIMEOUT_S, max_connections: int | None = None
 ) -> type[GuardedH11]:
-    """The protocol class for one server, with its deadline and its connection cap."""
+    """The h11 protocol class for one server, with its deadline and its connection cap."""
     return type(
         "GuardedH11",
         (GuardedH11,),
         {"header_timeout_s": header_timeout_s, "max_connections": max_connections},
     )
+
+
+def guarded_protocol(
+    http: str = "auto",
+    *,
+    header_timeout_s: float = HEADER_TIMEOUT_S,
+    max_connections: int | None = None,
+) -> type[_Guard]:
+    """The protocol class for one server: ``httptools`` (the faster parser, when it is
+    installed), ``h11``, or ``auto`` (httptools if it imports, else h11)."""
+    if http not in ("auto", "httptools", "h11"):
+        raise ValueError(f"unknown HTTP protocol {http!r}: choose auto, httptools or h11")
+    fast = guarded_httptools() if http != "h11" else None
+    if http == "httptools" and fast is None:
+        raise ValueError("httptools is not installed: pip install 'uvicorn[standard]', or use h11")
+    base: type[_Guard] = fast or GuardedH11
+    return type(
+        base.__name__,
+        (base,),
+        {"header_timeout_s": header_timeout_s, "max_connections": max_connections},
+    )
+
+
+def event_loop(loop: str = "auto") -> str:
+    """uvicorn's ``loop`` setting: ``uvloop`` (when installed), ``asyncio``, or ``auto``
+    (uvloop if it imports, else asyncio)."""
+    if loop not in ("auto", "uvloop", "asyncio"):
+        raise ValueError(f"unknown event loop {loop!r}: choose auto, uvloop or asyncio")
+    if loop == "uvloop" and importlib.util.find_spec("uvloop") is None:
+        raise ValueError("uvloop is not installed: pip install 'uvicorn[standard]', or use asyncio")
+    return loop
 
 
 def backlog_for(open_files: int) -> int:
@@ -193,20 +297,28 @@ def http_config(
     port: int,
     header_timeout_s: float = HEADER_TIMEOUT_S,
     max_connections: int | None = None,
+    http: str = "auto",
+    loop: str = "auto",
     **options: Any,
 ) -> uvicorn.Config:
-    """uvicorn's configuration for our app: h11 with :class:`GuardedH11`. Without
-    ``max_connections``, the cap comes from this process's open-file limit."""
+    """uvicorn's configuration for our app: httptools (or h11) guarded by a header
+    deadline and shedding, on uvloop (or asyncio). ``auto`` takes the faster one when it
+    is installed. Without ``max_connections``, the cap comes from this process's
+    open-file limit."""
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     limited = soft != resource.RLIM_INFINITY
     if max_connections is None and limited:
         max_connections = max_connections_for(soft)
-    protocol = guarded_h11(header_timeout_s=header_timeout_s, max_connections=max_connections)
+    protocol = guarded_protocol(
+        http, header_timeout_s=header_timeout_s, max_connections=max_connections
+    )
     return uvicorn.Config(
         app,
         host=host,
         port=port,
-        http=protocol,
+        http=cast("type[asyncio.Protocol]", protocol),  # both bases are asyncio protocols
+        loop=event_loop(loop),
+        ws="none",  # no websocket routes: nothing of a websocket library is loaded
         timeout_keep_alive=KEEP_ALIVE_S,
         backlog=backlog_for(soft) if limited else BACKLOG_MAX,
         **options,

@@ -4,19 +4,23 @@ every metric with its ``# HELP``).
 The server counts webhook deliveries and keeps recent acknowledgement latencies in
 :class:`Metrics`; :func:`render_metrics` adds the ingest queue's group commits and the
 ledger's turns, cards and outbox actions by state. The page answers even when the
-ledger does not (``autoloop_ledger_up 0``).
+ledger does not (``autoloop_ledger_up 0``). With the webhook inbox (a SQLite ledger),
+its commits, deliveries appended and decided, the backlog and the lag from ack to
+decision are there too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+if TYPE_CHECKING:  # prometheus_client loads at the first scrape: an idle server stays small
+    from prometheus_client.core import Metric
 
-from ghapp.runtime.ingest import IngestQueue
-from ghapp.store.base import Store
+    from ghapp.runtime.inbox import Inbox
+    from ghapp.runtime.ingest import IngestQueue
+    from ghapp.store.base import Store
 
 __all__ = ["Metrics", "render_metrics"]
 
@@ -53,10 +57,14 @@ _KINDS = {
 class _Collector:
     """Reads the server's counters, the ingest queue and the ledger at each scrape."""
 
-    def __init__(self, metrics: Metrics, ingest: IngestQueue, store: Store) -> None:
-        self.metrics, self.ingest, self.store = metrics, ingest, store
+    def __init__(
+        self, metrics: Metrics, ingest: IngestQueue, store: Store, inbox: Inbox | None
+    ) -> None:
+        self.metrics, self.ingest, self.store, self.inbox = metrics, ingest, store, inbox
 
     def collect(self) -> Iterator[Metric]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily  # noqa: PLC0415
+
         for name, value in sorted(self.metrics.counters.items()):
             base = name.removesuffix("_total")
             doc = COUNTERS.get(base, base.replace("_", " "))
@@ -71,6 +79,8 @@ class _Collector:
             "requests the ingest queue committed",
             value=self.ingest.items,
         )
+        if self.inbox is not None:
+            yield from _inbox_metrics(self.inbox)
         lat = sorted(self.metrics.latencies)
         if lat:
             ack = GaugeMetricFamily(
@@ -105,10 +115,46 @@ class _Collector:
             yield family
 
 
-def render_metrics(metrics: Metrics, ingest: IngestQueue, store: Store) -> str:
+def _inbox_metrics(inbox: Inbox) -> Iterator[Metric]:
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily  # noqa: PLC0415
+
+    st = inbox.stats
+    yield CounterMetricFamily(
+        "autoloop_inbox_commits",
+        "inbox commits that acknowledged webhooks (one per group of requests)",
+        value=st.groups,
+    )
+    yield CounterMetricFamily(
+        "autoloop_inbox_appended", "webhook deliveries appended to the inbox", value=st.acked
+    )
+    yield CounterMetricFamily(
+        "autoloop_inbox_decided", "inbox deliveries decided into the ledger", value=st.decided
+    )
+    yield GaugeMetricFamily(
+        "autoloop_inbox_waiting",
+        "deliveries acknowledged and not decided yet",
+        value=inbox.waiting(),
+    )
+    lag = sorted(st.lag)
+    if lag:
+        family = GaugeMetricFamily(
+            "autoloop_inbox_lag_seconds",
+            "seconds from a delivery's ack to its events in the ledger, recent quantiles",
+            labels=["quantile"],
+        )
+        for q in (0.5, 0.9, 0.99):
+            family.add_metric([str(q)], lag[int(q * (len(lag) - 1))])
+        yield family
+
+
+def render_metrics(
+    metrics: Metrics, ingest: IngestQueue, store: Store, inbox: Inbox | None = None
+) -> str:
     """The page (Prometheus text, by ``prometheus_client``): the server's counters, the
     ingest queue's group commits, webhook acknowledgement latency, and the ledger's
     turns, cards and outbox actions by state."""
+    from prometheus_client import CollectorRegistry, generate_latest  # noqa: PLC0415
+
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Collector(metrics, ingest, store))
+    registry.register(_Collector(metrics, ingest, store, inbox))
     return generate_latest(registry).decode()

@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from plugins.agents.claude import ClaudeAgent
-from plugins.agents.codex import CodexAgent
-from plugins.agents.command import CommandAgent
-from plugins.agents.demo import DemoAgent
-from plugins.protocols import Agent
+if TYPE_CHECKING:
+    from plugins.protocols import Agent
 
-_FACTORIES: dict[str, Callable[[], Agent]] = {
-    "command": CommandAgent,
-    "claude": ClaudeAgent,
-    "codex": CodexAgent,
-    "demo": DemoAgent,
+# name -> "module:class"; a module is imported when its adapter is first made, so that
+# reading the rules (``autoloop status``) loads no adapter.
+_FACTORIES: dict[str, str] = {
+    "command": "plugins.agents.command:CommandAgent",
+    "claude": "plugins.agents.claude:ClaudeAgent",
+    "codex": "plugins.agents.codex:CodexAgent",
+    "demo": "plugins.agents.demo:DemoAgent",
 }
 KNOWN_AGENT_ADAPTERS: frozenset[str] = frozenset(_FACTORIES)
 
@@ -34,7 +35,9 @@ class UnknownAgentAdapter(KeyError):
 
 def make_agent(spec_use: str) -> Agent:
     """A fresh adapter for ``spec_use``; :class:`UnknownAgentAdapter` names the known ones."""
-    factory = _FACTORIES.get(spec_use)
-    if factory is None:
+    where = _FACTORIES.get(spec_use)
+    if where is None:
         raise UnknownAgentAdapter(spec_use)
+    module, name = where.split(":")
+    factory: Callable[[], Agent] = getattr(importlib.import_module(module), name)
     return factory()

@@ -16,8 +16,8 @@ from typing import Any
 from hypothesis import strategies as st
 
 from ghapp.commands.home import CHANNEL_ADAPTERS
-from ghapp.runtime.hub import load_rules
 from ghapp.runtime.links import LINK_TTL_S, CardLinks
+from ghapp.runtime.rules_file import load_rules
 from kernel.errors import ConfigError
 from kernel.model import Receipt, ReceiptError, Rule
 from kernel.receipt import parse_receipt
@@ -149,7 +149,7 @@ RULES_DOC = st.fixed_dictionaries(
 
 
 class RulesLoader(Target):
-    """:func:`ghapp.runtime.hub.load_rules`: ``rules.json`` or ``rules.toml`` of any bytes."""
+    """:func:`ghapp.runtime.rules_file.load_rules`: rules.json or rules.toml of any bytes."""
 
     name = "rules"
 

@@ -36,6 +36,7 @@ def post(
 
 
 def events_in(live: object) -> list[EventRow]:
+    live.settle()  # type: ignore[attr-defined]  # acknowledged deliveries are decided right after
     with live.ctx.store.read() as tx:  # type: ignore[attr-defined]
         return [e for e in tx.query("event") if isinstance(e, EventRow)]
 
@@ -43,9 +44,19 @@ def events_in(live: object) -> list[EventRow]:
 def test_signed_delivery_is_stored_before_the_answer(tmp_path: Path) -> None:
     body = json.dumps(json.loads((FIXTURES / "issues" / "opened.json").read_text())).encode()
     with live_server(tmp_path / "h", RULES, env=ENV, start_worker=False) as live:
+        inbox = live.running.inbox
+        assert inbox is not None
+        inbox.stats.decided = -(10**9)  # (a marker: nothing decided before the answer below)
         resp = post(live.url, "issues", body, delivery="d-1")
         assert resp.status_code == 200
-        (row,) = events_in(live)
+        assert resp.json() == {"delivery": "d-1", "duplicate": False, "queued": True}
+        # durable at the answer: in the inbox, or already decided into the ledger
+        with live.ctx.store.read() as tx:
+            in_ledger = tx.has_key("event:github:d-1")
+        assert in_ledger or [d for d, _ in inbox.rows()] == ["d-1"]
+        (row,) = events_in(live)  # and decided right after
+        assert inbox.stats.decided == -(10**9) + 1
+        assert list(inbox.rows()) == []  # the raw body is gone
         assert (row.event.type, row.event.id) == ("issues.opened", "d-1")
         assert row.dispatched
 
@@ -92,11 +103,15 @@ def test_healthz_and_metrics_answer(tmp_path: Path) -> None:
     body = (FIXTURES / "issues" / "opened.json").read_bytes()
     with live_server(tmp_path / "h", RULES, env=ENV, start_worker=False) as live:
         post(live.url, "issues", body)
+        live.settle()
         health = httpx.get(f"{live.url}/healthz").json()
-        assert health["ok"] is True and health["facts"] >= 1
+        assert health["ok"] is True and health["facts"] >= 1 and health["waiting"] == 0
         text = httpx.get(f"{live.url}/metrics").text
         assert "autoloop_webhook_deliveries_total 1" in text
         assert "autoloop_ledger_up 1" in text
-        # group commit: one request went through one ledger commit
-        assert "autoloop_ingest_requests_total 1" in text
-        assert "autoloop_ingest_commits_total 1" in text
+        # group commit: one request went through one inbox commit, then was decided
+        assert "autoloop_inbox_appended_total 1" in text
+        assert "autoloop_inbox_commits_total 1" in text
+        assert "autoloop_inbox_decided_total 1" in text
+        assert "autoloop_inbox_waiting 0" in text
+        assert 'autoloop_inbox_lag_seconds{quantile="0.99"}' in text

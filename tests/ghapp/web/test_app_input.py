@@ -39,6 +39,7 @@ FORM = "application/x-www-form-urlencoded"
 
 
 def events_in(live: Live) -> list[EventRow]:
+    live.settle()  # acknowledged deliveries are decided right after their ack
     with live.ctx.store.read() as tx:
         return [e for e in tx.query("event") if isinstance(e, EventRow)]
 
@@ -234,6 +235,7 @@ def test_a_huge_field_is_stored_cut_and_does_not_hold_other_acks(tmp_path: Path)
         print(f"big delivery acked in {big_s:.2f} s; small ones meanwhile: {waits}")
         assert status == 200 and big_s < 10
         assert max(waits) < 2.0, waits
+        live.settle()  # decided right after its ack
         with live.ctx.store.read() as tx:
             tx.cur.execute("SELECT max(length(data)) FROM facts")
             (longest,) = tx.cur.fetchone()
@@ -304,7 +306,7 @@ def test_a_replayed_delivery_of_several_events_is_a_duplicate_for_each(
     with live_server(tmp_path / "h", RULES, env=env, start_worker=False) as live:
         first = post_webhook(live, "check_suite", body, delivery="d1")
         replay = post_webhook(live, "check_suite", body, delivery="d2")
-        assert (first.json()["events"], first.json()["duplicate"]) == (2, False)
+        assert first.json()["duplicate"] is False
         assert (replay.status_code, replay.json()["duplicate"]) == (200, True)
         assert sorted(row.event.id for row in events_in(live)) == ["d1:pr2", "d1:pr7"]
 

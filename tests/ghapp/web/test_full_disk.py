@@ -46,16 +46,22 @@ def body(tag: str) -> bytes:
 
 
 def set_disk_pages(live: Live, pages: int | None) -> None:
-    """Cap the server's ledger at ``pages`` pages (None: its present size)."""
+    """Cap the server's ledger and its webhook inbox (files on the same disk) at
+    ``pages`` pages each (None: their present size)."""
     store = live.hub.store
     assert isinstance(store, SqliteStore)
+    inbox = live.running.inbox
+    assert inbox is not None
     with store._lock:
-        if pages is None:
-            (pages,) = store._conn.execute("PRAGMA page_count").fetchone()
-        store._conn.execute(f"PRAGMA max_page_count={pages}")
+        for conn in (store._conn, inbox._conn):
+            cap = pages
+            if cap is None:
+                (cap,) = conn.execute("PRAGMA page_count").fetchone()
+            conn.execute(f"PRAGMA max_page_count={cap}")
 
 
 def delivery_ids(live: Live) -> set[str]:
+    live.settle()  # acknowledged deliveries are decided right after their ack
     with live.ctx.store.read() as tx:
         return {e.event.id for e in tx.query("event") if isinstance(e, EventRow)}
 
@@ -143,6 +149,7 @@ def test_a_full_disk_is_a_503_in_one_line_and_healthz_says_why(tmp_path: Path) -
         set_disk_pages(live, 1_000_000)  # space again
         assert post(live.url, "issues", body("after"), delivery="after").status_code == 200
         acked.add("after")
+        live.settle()
         assert httpx.get(f"{live.url}/healthz").json()["ok"] is True
         assert shop(live.url, order).json()["code"] == "recorded"
         assert acked <= delivery_ids(live)  # nothing acknowledged was lost
@@ -190,4 +197,5 @@ def test_healthz_is_ok_again_only_after_a_write_appends(tmp_path: Path) -> None:
         assert httpx.get(f"{live.url}/healthz").status_code == 503
         set_disk_pages(live, 1_000_000)
         assert post(live.url, "issues", body("again"), delivery="again").status_code == 200
+        live.settle()  # what was acknowledged before is decided once the ledger appends
         assert httpx.get(f"{live.url}/healthz").status_code == 200

@@ -68,3 +68,32 @@ def test_a_partial_github_app_configuration_is_refused_with_one_line(
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert err.startswith("autoloop serve: ") and named in err
+
+
+def test_the_http_stack_defaults_to_the_fastest_installed_and_env_or_flags_pick_another() -> None:
+    args = serve.build_parser().parse_args([])
+    assert serve.stack(args, {}) == ("auto", "auto")
+    assert serve.stack(args, {"AUTOLOOP_HTTP": "H11", "AUTOLOOP_LOOP": "asyncio"}) == (
+        "h11",
+        "asyncio",
+    )
+    flags = serve.build_parser().parse_args(["--http", "httptools", "--loop", "uvloop"])
+    assert serve.stack(flags, {"AUTOLOOP_HTTP": "h11"}) == ("httptools", "uvloop")
+    from ghapp.web.connections import guarded_httptools, guarded_protocol
+
+    # with uvicorn[standard] installed, auto is httptools; h11 stays available
+    assert guarded_httptools() is not None
+    assert issubclass(guarded_protocol("auto"), guarded_httptools())  # type: ignore[arg-type]
+    assert guarded_protocol("h11").__name__ == "GuardedH11"
+
+
+def test_an_unknown_http_stack_is_refused_with_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    init_home(tmp_path, rules_text=json.dumps({"rules": []}))
+    monkeypatch.setenv("AUTOLOOP_HOME", str(tmp_path))
+    monkeypatch.setenv("AUTOLOOP_LOOP", "tokio")
+    assert serve.main(["--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "unknown event loop 'tokio'" in err and "AUTOLOOP_LOOP" in err

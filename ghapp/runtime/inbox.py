@@ -1,0 +1,620 @@
+"""The webhook inbox: a delivery is acknowledged once its raw body is durable, no later.
+
+``POST /github/webhook`` verifies the signature and hands the delivery to
+:meth:`Inbox.submit`. One writer thread takes everything queued, decodes each body (one
+that is not a JSON object is refused: the route answers 400), checks each delivery
+against the inbox and the ledger (a delivery id or a body seen before is a duplicate,
+and is not stored again), appends the rest to the inbox (a
+SQLite file of its own beside the ledger: WAL, ``synchronous=FULL``) in one
+transaction, and only after that commit answers each request. Nothing else waits for
+the disk in the ack path.
+
+Right after, a second thread of the same process translates what was appended (the
+GitHub source's pure translator), redacts it and decides it in the ledger, in batches;
+each batch commits to the ledger first, then its raw rows are deleted from the inbox
+(``secure_delete``: the freed pages are zeroed; the inbox's log is truncated whenever
+the inbox empties, and the file gives back the pages a backlog took), so unredacted
+text does not stay on disk. A batch that cannot be
+decided (a full disk) stays in the inbox and is tried again. After a crash, what is
+still in the inbox is decided on start, before the server listens: every acknowledged
+delivery becomes its events. A row decided twice (a crash between the ledger's commit
+and the row's deletion) is a duplicate for the kernel, recorded once.
+
+**Acks first.** Both threads share one core with the event loop (and Python's GIL).
+The translator runs while the ack path waits for the disk or has nothing to do: before
+each delivery it looks whether a request is being answered or queued for the writer,
+and waits while one is (woken when the last is answered), unless the oldest delivery
+waiting has waited :data:`DEFER_MAX_S` (10 s). So a burst is acknowledged at the rate
+the ack path alone allows and decided as soon as it eases; a load that never eases
+shares the processor after 10 s. Past :attr:`Inbox.backlog_max`
+deliveries waiting, the writer waits instead (backpressure): the inbox never grows
+without bound, and a sustained load is acknowledged no faster than it is decided.
+
+The inbox is used with a SQLite ledger. With PostgreSQL, replicas share the ledger but
+not a local file, so the webhook route decides before its ack there
+(:class:`ghapp.runtime.ingest.IngestQueue`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import queue
+import sqlite3
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ghapp.runtime import crash
+from ghapp.runtime.ledger import Ledger, Outcome, WriteError
+from ghapp.runtime.webhooks import BadBody, content_digest, inputs_for, webhook_payload
+from kernel import inputs as k
+from kernel.model import Event
+
+__all__ = ["BACKLOG_MAX", "Inbox", "Received", "inbox_path"]
+
+log = logging.getLogger("autoloop.inbox")
+
+#: Deliveries waiting for translation before the ack path yields to it (and then waits).
+BACKLOG_MAX = 20_000
+MEMORY_ITEMS = 512  # waiting deliveries whose body stays in memory too (the rest: on disk)
+MEMORY_PAYLOADS = (
+    256  # ... and whose decoded payload is kept (~35 KB each; the rest: decoded again)
+)
+BATCH = 64  # deliveries decided in one ledger transaction while the ack path is idle
+BATCH_BUSY = 8  # ... and while it has work: the GIL is held for less at a time
+DEFER_MAX_S = 10.0  # the translator yields to the ack path until a delivery waited this long
+GATHER_S = 0.01  # a delivery waits at most this long for others to share its ledger commit
+CHECKPOINT_S = 0.5
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS inbox (
+    id INTEGER PRIMARY KEY,
+    delivery TEXT NOT NULL UNIQUE,
+    digest TEXT NOT NULL,
+    name TEXT NOT NULL,
+    form INTEGER NOT NULL,
+    body BLOB NOT NULL,
+    at REAL NOT NULL  -- when it was acknowledged (epoch seconds)
+);
+CREATE INDEX IF NOT EXISTS inbox_by_digest ON inbox (digest);
+"""
+_SEEN_INBOX = "SELECT 1 FROM inbox WHERE delivery = ? OR digest = ? LIMIT 1"
+_SEEN_EVENT = "SELECT 1 FROM facts WHERE fkey = ? OR (fkey >= ? AND fkey < ?) LIMIT 1"
+_SEEN_BODY = "SELECT 1 FROM fact_keys WHERE fkey >= ? AND fkey < ? LIMIT 1"
+_APPEND = "INSERT INTO inbox (delivery, digest, name, form, body, at) VALUES (?, ?, ?, ?, ?, ?)"
+
+
+# ------------------------------------------------------------------------------- inbox
+
+
+def inbox_path(ledger_file: Path) -> Path:
+    """The inbox beside a SQLite ledger: ``ledger.db`` -> ``ledger.inbox.db``."""
+    return ledger_file.with_name(ledger_file.stem + ".inbox" + (ledger_file.suffix or ".db"))
+
+
+@dataclass(slots=True)
+class Received:
+    """One verified delivery, as it is kept until it is decided."""
+
+    name: str
+    delivery: str
+    body: bytes
+    form: bool
+    digest: str
+    payload: dict[str, Any] | None = None  # decoded already (None: decode again)
+    checked: bool = False  # decoded once already (a big body, off the event loop)
+    rowid: int = 0
+    acked: float = 0.0  # time.monotonic() of the commit that acknowledged it
+
+
+@dataclass(slots=True)
+class _Ack:
+    item: Received
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[bool]
+
+
+_FLUSH = object()  # asks the writer to commit the deletions it holds
+_STOP = object()
+
+
+@dataclass
+class InboxStats:
+    acked: int = 0
+    duplicates: int = 0
+    groups: int = 0
+    decided: int = 0
+    batches: int = 0
+    lag: deque[float] = field(default_factory=lambda: deque(maxlen=10_000))  # ack -> decided
+
+
+class Inbox:
+    def __init__(
+        self,
+        path: Path,
+        ledger: Ledger,
+        ledger_file: Path,
+        *,
+        identity: Callable[[], tuple[str | None, int | None]] = lambda: (None, None),
+        on_decided: Callable[[list[Event], list[Outcome]], None] = lambda e, o: None,
+        backlog_max: int = BACKLOG_MAX,
+        max_batch: int = 256,
+        gather_s: float = 0.002,
+    ) -> None:
+        self.path = path
+        self.ledger = ledger
+        self.ledger_file = ledger_file
+        self.identity = identity
+        self.on_decided = on_decided
+        self.backlog_max = backlog_max
+        self.max_batch = max_batch
+        self.gather_s = gather_s
+        self.stats = InboxStats()
+        self.write_error: WriteError | None = None  # set while the inbox cannot append
+        # counters of the ack path, each written by one thread only (see _ack_busy)
+        self.entered = 0  # event loop: requests whose body is read
+        self.left = 0  # event loop: requests answered
+        self._q: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._todo: deque[Received] = deque()  # acknowledged, not decided yet (in order)
+        self._cv = threading.Condition()
+        self._deletes: list[int] = []
+        self._deletes_lock = threading.Lock()
+        self._waiting = 0  # rows in the inbox (the writer's and the translator's view)
+        self._commits = 0
+        self._stopping = False
+        self._conn = self._connect(path)
+        self._conn.executescript(SCHEMA)
+        self._reader = self._connect(path)  # the translator's: bodies kept on disk only
+        self._reader.execute("PRAGMA query_only=ON")
+        self._seen = sqlite3.connect(
+            f"file:{ledger_file}?mode=ro", uri=True, timeout=30, check_same_thread=False
+        )
+        self._writer = threading.Thread(target=self._write_loop, name="inbox-writer", daemon=True)
+        self._translator = threading.Thread(
+            target=self._decide_loop, name="inbox-translator", daemon=True
+        )
+        self._checkpoints = threading.Thread(
+            target=self._checkpoint_loop, name="inbox-checkpoint", daemon=True
+        )
+        self._halt = threading.Event()
+        self._started = False
+
+    @staticmethod
+    def _connect(path: Path) -> sqlite3.Connection:
+        conn = sqlite3.connect(str(path), timeout=30, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA auto_vacuum=INCREMENTAL")  # (a new file only) shrinks once empty
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute("PRAGMA secure_delete=ON")  # a deleted body's pages are zeroed
+        conn.execute("PRAGMA wal_autocheckpoint=4000")  # a backstop: the thread does it
+        return conn
+
+    # -- life -----------------------------------------------------------------------------
+
+    def start(self) -> int:
+        """Decide what a previous process left in the inbox (before serving), then start
+        the threads; the number of deliveries recovered."""
+        rows = self._conn.execute(
+            "SELECT id, delivery, digest, name, form, body, at FROM inbox ORDER BY id"
+        ).fetchall()
+        recovered = [
+            Received(name=r[3], delivery=r[1], body=r[5], form=bool(r[4]), digest=r[2], rowid=r[0])
+            for r in rows
+        ]
+        self._waiting = len(rows)
+        if recovered:
+            log.info("deciding %d delivery(ies) acknowledged before a restart", len(recovered))
+            for start in range(0, len(recovered), BATCH):
+                chunk = recovered[start : start + BATCH]
+                while not self._decide(chunk):
+                    time.sleep(0.5)  # the ledger cannot append: nothing is served until it can
+                self._delete_now([r.rowid for r in chunk])
+        self._started = True
+        self._writer.start()
+        self._translator.start()
+        self._checkpoints.start()
+        return len(recovered)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop taking deliveries, decide every one acknowledged, and close."""
+        if self._started:
+            self._q.put(_STOP)
+            self._writer.join(timeout)
+            with self._cv:
+                self._stopping = True
+                self._cv.notify_all()
+            self._translator.join(timeout)
+            self._halt.set()
+            self._checkpoints.join(timeout)
+        with self._deletes_lock:
+            leftover, self._deletes = self._deletes, []
+        if leftover:
+            self._delete_now(leftover)
+        with contextlib.suppress(sqlite3.Error):
+            if not self._conn.execute("SELECT 1 FROM inbox LIMIT 1").fetchone():
+                self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        for conn in (self._conn, self._reader, self._seen):
+            conn.close()
+
+    def waiting(self) -> int:
+        """Deliveries acknowledged and not decided yet."""
+        return len(self._todo)
+
+    def settle(self, timeout: float = 10.0) -> bool:
+        """Wait until every acknowledged delivery is decided and its row deleted (tests,
+        benches)."""
+        deadline = time.monotonic() + timeout
+        with self._cv:
+            while self._todo or self._busy_deciding or self._waiting > 0:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cv.wait(min(left, 0.05))
+        return True
+
+    _busy_deciding = False
+
+    # -- the ack path ---------------------------------------------------------------------
+
+    async def submit(self, item: Received) -> bool:
+        """Append ``item`` durably; True when it is a duplicate (nothing appended).
+        Raises what the append raised (the inbox cannot write: answer 503)."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[bool] = loop.create_future()
+        self._q.put(_Ack(item, loop, fut))
+        return await fut
+
+    def request_in(self) -> None:
+        """The webhook route read a request's body (event loop thread)."""
+        self.entered += 1
+
+    def request_out(self) -> None:
+        """The webhook route answered it (event loop thread); when none is left, the
+        translator may run."""
+        self.left += 1
+        if self.entered == self.left and self._todo:
+            with self._cv:
+                self._cv.notify_all()
+
+    def _ack_busy(self) -> bool:
+        """Whether the ack path has work: a request read and not answered yet (even one
+        waiting for the disk: its answer follows at once), or one queued for the writer."""
+        return self.entered != self.left or not self._q.empty()
+
+    def _overdue(self) -> bool:
+        """The backlog is at its limit, or its oldest delivery waited ``DEFER_MAX_S``:
+        the translator stops yielding (a steady load must not starve it)."""
+        todo = self._todo
+        if len(todo) >= self.backlog_max:
+            return True
+        return bool(todo) and time.monotonic() - todo[0].acked > DEFER_MAX_S
+
+    def _write_loop(self) -> None:
+        last = 0
+        while True:
+            first = self._q.get()
+            if first is _STOP:
+                self._flush_deletes()
+                return
+            while len(self._todo) >= self.backlog_max and not self._stopping:
+                with self._cv:  # backpressure: the translator catches up first
+                    self._cv.wait(0.05)
+            if last > 1 and isinstance(first, _Ack):
+                self._gather(first.loop)
+            batch: list[_Ack] = [first] if isinstance(first, _Ack) else []
+            stop = False
+            while len(batch) < self.max_batch:
+                try:
+                    nxt = self._q.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is _STOP:
+                    stop = True
+                    break
+                if isinstance(nxt, _Ack):
+                    batch.append(nxt)
+            last = len(batch)
+            if batch:
+                self._append(batch)
+            else:
+                self._flush_deletes()
+            if stop:
+                self._flush_deletes()
+                return
+
+    def _gather(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Under load (the last group held more than one request), let the requests the
+        event loop is reading now join this group: wait until the loop has run what it
+        had ready (a marker queued behind it), at most ``gather_s``."""
+        done = threading.Event()
+
+        def mark() -> None:
+            loop.call_soon(loop.call_soon, done.set)
+
+        try:
+            loop.call_soon_threadsafe(mark)
+        except RuntimeError:  # the loop is closed
+            return
+        done.wait(self.gather_s)
+
+    def _seen_before(self, cur: sqlite3.Cursor, item: Received) -> bool:
+        if cur.execute(_SEEN_INBOX, (item.delivery, item.digest)).fetchone():
+            return True
+        key = "event:github:" + item.delivery
+        seen = self._seen
+        if seen.execute(_SEEN_EVENT, (key, key + ":", key + ";")).fetchone():
+            return True
+        body = "content:github:" + item.digest
+        return seen.execute(_SEEN_BODY, (body, body + "\U0010ffff")).fetchone() is not None
+
+    def _append(self, batch: list[_Ack]) -> None:
+        with self._deletes_lock:
+            deletes, self._deletes = self._deletes, []
+        cur = self._conn.cursor()
+        fresh: list[Received] = []
+        dup: list[bool | None] = []  # per request: a duplicate; None: refused (answered)
+        now = time.time()
+        try:
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                crash.reach(crash.BEFORE_INSERT)
+                for ack in batch:
+                    item = ack.item
+                    if item.payload is None and not item.checked:
+                        try:  # decoded here, beside the group's other work, not in the loop
+                            item.payload = webhook_payload(item.body, form=item.form)
+                        except BadBody as exc:
+                            ack.loop.call_soon_threadsafe(_set_exc, ack.future, exc)
+                            dup.append(None)
+                            continue
+                    if not item.digest:
+                        item.digest = content_digest(item.name, item.body)
+                    if self._seen_before(cur, item):
+                        dup.append(True)
+                        continue
+                    cur.execute(
+                        _APPEND,
+                        (item.delivery, item.digest, item.name, int(item.form), item.body, now),
+                    )
+                    item.rowid = int(cur.lastrowid or 0)
+                    fresh.append(item)
+                    dup.append(False)
+                if deletes:
+                    _delete(cur, deletes)
+                crash.reach(crash.AFTER_INSERT_BEFORE_COMMIT)
+                cur.execute("COMMIT")
+            except BaseException:
+                if self._conn.in_transaction:
+                    cur.execute("ROLLBACK")
+                raise
+        except Exception as exc:
+            self.write_error = WriteError(message=f"{type(exc).__name__}: {exc}", at=time.time())
+            with self._deletes_lock:
+                self._deletes[:0] = deletes
+            for ack in batch:
+                ack.loop.call_soon_threadsafe(_set_exc, ack.future, exc)
+            return
+        finally:
+            cur.close()
+        self._commits += 1
+        crash.reach(crash.AFTER_COMMIT_BEFORE_ACK)
+        if fresh:
+            self.write_error = None
+        acked = time.monotonic()
+        self.stats.groups += 1
+        self.stats.acked += len(fresh)
+        self.stats.duplicates += dup.count(True)
+        self._waiting += len(fresh) - len(deletes)
+        if fresh:
+            with self._cv:
+                for item in fresh:
+                    item.acked = acked
+                    if len(self._todo) >= MEMORY_PAYLOADS:  # decoded again when due
+                        item.payload = None
+                    if len(self._todo) >= MEMORY_ITEMS:  # on disk only: read back when due
+                        item.body = b""
+                    self._todo.append(item)
+                self._cv.notify_all()
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[bool], bool]]] = {}
+        for ack, is_dup in zip(batch, dup, strict=True):
+            if is_dup is not None:
+                by_loop.setdefault(ack.loop, []).append((ack.future, is_dup))
+        for loop, done in by_loop.items():
+            with contextlib.suppress(RuntimeError):  # a loop closed meanwhile
+                loop.call_soon_threadsafe(_set_results, done)
+
+    def _flush_deletes(self) -> None:
+        with self._deletes_lock:
+            deletes, self._deletes = self._deletes, []
+        if deletes:
+            self._delete_now(deletes, durable=False)
+
+    def _delete_now(self, rowids: list[int], *, durable: bool = True) -> None:
+        """Delete decided rows in a transaction of their own. Not durable when the
+        writer does it between groups: a deletion lost to a power cut only decides
+        those rows again (duplicates), and the next group's commit makes it durable."""
+        cur = self._conn.cursor()
+        try:
+            if not durable:
+                cur.execute("PRAGMA synchronous=NORMAL")
+            cur.execute("BEGIN IMMEDIATE")
+            _delete(cur, rowids)
+            cur.execute("COMMIT")
+            self._commits += 1
+            self._waiting -= len(rowids)
+        except sqlite3.Error as exc:
+            if self._conn.in_transaction:
+                cur.execute("ROLLBACK")
+            log.warning("decided inbox rows not deleted yet (%s); kept for the next try", exc)
+            with self._deletes_lock:
+                self._deletes[:0] = rowids
+        finally:
+            if not durable:
+                cur.execute("PRAGMA synchronous=FULL")
+            cur.close()
+
+    # -- deciding -------------------------------------------------------------------------
+
+    def _decide_loop(self) -> None:
+        failures = 0
+        while True:
+            with self._cv:
+                while not self._todo and not self._stopping:
+                    self._cv.wait(0.5)
+                if not self._todo and self._stopping:
+                    return
+                # Each batch is a ledger commit, an fsync beside the inbox's: while the
+                # ack path is active, let a few more arrive first (at most GATHER_S).
+                due = self._todo[0].acked + GATHER_S
+                while (
+                    len(self._todo) < BATCH
+                    and not self._stopping
+                    and self._ack_busy()
+                    and (left := due - time.monotonic()) > 0
+                ):
+                    self._cv.wait(left)
+            self._yield()
+            size = BATCH_BUSY if self._ack_busy() else BATCH
+            with self._cv:
+                batch = [self._todo[i] for i in range(min(size, len(self._todo)))]
+                self._busy_deciding = True
+            ok = False
+            try:
+                ok = self._decide(batch, polite=True)
+            finally:
+                with self._cv:
+                    if ok:
+                        for _ in batch:
+                            self._todo.popleft()
+                    self._busy_deciding = False
+                    self._cv.notify_all()
+            if ok:
+                failures = 0
+                with self._deletes_lock:
+                    self._deletes.extend(item.rowid for item in batch)
+                self._q.put(_FLUSH)
+            elif self._stopping:
+                return  # the rows stay in the inbox: the next start records them
+            else:
+                failures += 1
+                self._halt.wait(0.05 * 2 ** min(failures, 5))  # at most 1.6 s apart
+
+    def _yield(self) -> None:
+        """Acks first: wait while the ack path has work for the processor, unless the
+        backlog is overdue (or the inbox is stopping). Woken when the last request in
+        flight is answered or a commit starts waiting for the disk."""
+        while self._ack_busy() and not self._overdue() and not self._stopping:
+            with self._cv:
+                self._cv.wait(0.005)
+
+    def _bodies(self, batch: list[Received]) -> None:
+        """Read back the bodies kept on disk only."""
+        missing = {item.rowid: item for item in batch if not item.body}
+        if not missing:
+            return
+        marks = ",".join("?" * len(missing))
+        rows = self._reader.execute(
+            f"SELECT id, body FROM inbox WHERE id IN ({marks})",  # noqa: S608  # placeholders only
+            list(missing),
+        ).fetchall()
+        for rowid, body in rows:
+            missing[rowid].body = body
+
+    def _decide(self, batch: list[Received], *, polite: bool = False) -> bool:
+        """Translate, redact and decide ``batch`` in one ledger transaction; False when the
+        ledger cannot append (the rows stay, to be tried again)."""
+        self._bodies(batch)
+        slug, app_id = self.identity()
+        found: list[Event | None] = []  # per input: the event it records (None: ignored)
+        inputs: list[k.Input] = []
+        for item in batch:
+            if polite:
+                self._yield()
+            try:
+                payload = item.payload or webhook_payload(item.body, form=item.form)
+                events, made = inputs_for(
+                    item.name, item.delivery, payload, item.digest, app_slug=slug, app_id=app_id
+                )
+            except Exception as exc:  # checked at the ack: only a damaged row gets here
+                log.error(
+                    "inbox row %d (%s) cannot be read, dropped: %s", item.rowid, item.name, exc
+                )
+                continue
+            found.extend(events if events else [None])
+            inputs.extend(self.ledger.clean(i) for i in made)
+        try:
+            outs = self.ledger.decide_many(inputs, cleaned=True) if inputs else []
+        except Exception as exc:
+            log.error(
+                "%d acknowledged delivery(ies) not decided yet, kept in the inbox: %s: %s",
+                len(batch),
+                type(exc).__name__,
+                exc,
+            )
+            return False
+        done = time.monotonic()
+        self.stats.decided += len(batch)
+        self.stats.batches += 1
+        for item in batch:
+            item.payload, item.body = None, b""
+            if item.acked:
+                self.stats.lag.append(done - item.acked)
+        recorded = [
+            e
+            for e, o in zip(found, outs, strict=True)
+            if e is not None and o.reply.code == "recorded"
+        ]
+        self.on_decided(recorded, outs)
+        return True
+
+    # -- checkpoints ----------------------------------------------------------------------
+
+    def _checkpoint_loop(self) -> None:
+        """Copy the log into the inbox file twice a second while there were commits
+        (PASSIVE: never waits for the writer), and empty the log whenever the inbox is
+        empty, so that the frames of deleted bodies do not stay in it."""
+        conn = sqlite3.connect(str(self.path), timeout=0, isolation_level=None)
+        seen = self._commits
+        try:
+            while not self._halt.wait(CHECKPOINT_S):
+                if self._commits == seen:
+                    continue
+                seen = self._commits
+                empty = self._waiting <= 0 and not self._todo
+                with contextlib.suppress(sqlite3.Error):
+                    if empty:  # give back the pages a backlog took (zeroed already)
+                        conn.execute("PRAGMA incremental_vacuum").fetchall()
+                    mode = "TRUNCATE" if empty else "PASSIVE"
+                    conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
+        finally:
+            conn.close()
+
+    def rows(self) -> Iterator[tuple[str, str]]:
+        """(delivery, name) of every row in the inbox (tests)."""
+        yield from self._reader.execute("SELECT delivery, name FROM inbox ORDER BY id")
+
+
+def _delete(cur: sqlite3.Cursor, rowids: list[int]) -> None:
+    for start in range(0, len(rowids), 500):
+        part = rowids[start : start + 500]
+        cur.execute(
+            f"DELETE FROM inbox WHERE id IN ({','.join('?' * len(part))})",  # noqa: S608  # placeholders only
+            part,
+        )
+
+
+def _set_results(done: list[tuple[asyncio.Future[bool], bool]]) -> None:
+    for fut, value in done:
+        if not fut.done():
+            fut.set_result(value)
+
+
+def _set_exc(fut: asyncio.Future[bool], exc: BaseException) -> None:
+    if not fut.done():
+        fut.set_exception(exc)

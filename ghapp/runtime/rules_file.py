@@ -1,0 +1,82 @@
+"""The rules file and the clock of one process, read without loading the hub.
+
+``autoloop status`` and ``--help`` start fast because they need no more than this: the
+hub, the ledger loop and the HTTP server are imported only by the commands that use them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from kernel.errors import ConfigError
+from kernel.model import Rules
+from kernel.rules import parse_rules
+from plugins.sources import github as github_source
+
+__all__ = ["clock_from_env", "load_rules", "real_clock", "rules_path"]
+
+
+def real_clock() -> datetime:
+    return datetime.now(UTC)
+
+
+def clock_from_env(env: Mapping[str, str]) -> Callable[[], datetime]:
+    """AUTOLOOP_CLOCK pins "now" for one process (ISO 8601 with offset)."""
+    pinned = env.get("AUTOLOOP_CLOCK")
+    if not pinned:
+        return real_clock
+    try:
+        at = datetime.fromisoformat(pinned)
+    except ValueError:
+        raise ConfigError(
+            f"{pinned!r} is not ISO 8601 (e.g. 2026-11-30T09:00:00+00:00)", file="AUTOLOOP_CLOCK"
+        ) from None
+    if at.tzinfo is None:
+        raise ConfigError(f"{pinned!r} needs an offset, e.g. +00:00", file="AUTOLOOP_CLOCK")
+    return lambda: at
+
+
+def rules_path(home: Path) -> Path:
+    for name in ("rules.json", "rules.toml"):
+        if (home / name).exists():
+            return home / name
+    return home / "rules.json"
+
+
+def load_rules(home: Path, *, agents: Iterable[str], channels: Iterable[str]) -> Rules:
+    path = rules_path(home)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError("not found; run 'autoloop init'", file=str(path)) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot be read ({exc.strerror})", file=str(path)) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"not UTF-8 text (byte {exc.start} is {raw[exc.start]:#04x}): the file is damaged "
+            "or not a rules file; restore it or run 'autoloop init' in an empty folder",
+            file=str(path),
+        ) from None
+    rules = parse_rules(
+        text,
+        path=str(path),
+        fmt="toml" if path.suffix == ".toml" else "json",
+        known_agent_adapters=frozenset(agents),
+        known_channel_adapters=frozenset(channels),
+        known_actions={github_source.SOURCE: github_source.ACTIONS},
+        sources=(github_source.SOURCE,),
+    )
+    try:
+        ZoneInfo(rules.timezone)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ConfigError(
+            f"unknown time zone {rules.timezone!r} (e.g. UTC, Europe/Berlin)",
+            file=str(path),
+            field="timezone",
+        ) from None
+    return rules

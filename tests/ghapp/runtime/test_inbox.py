@@ -1,0 +1,205 @@
+"""The webhook inbox: acknowledged once durable, decided right after, its raw text gone.
+
+Deliveries are GitHub's example payloads; the ledger is a real SQLite ledger with a
+redactor, so that what reaches it is checked as stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from ghapp.runtime.hub import RedactingLedger
+from ghapp.runtime.inbox import Inbox, Received, inbox_path
+from ghapp.runtime.ledger import Outcome
+from ghapp.runtime.webhooks import content_digest, webhook_payload
+from ghapp.store.sqlite import SqliteStore
+from kernel.model import Event, Rules
+from kernel.records import EventRow
+from tests import paths
+
+FIXTURES = paths.ROOT / "tests" / "fixtures" / "github" / "webhooks"
+SECRET_WORD = "hunter2-not-for-disk"
+
+
+def delivery(n: int, *, body: bytes | None = None, name: str = "issues") -> Received:
+    if body is None:
+        payload = json.loads((FIXTURES / "issues" / "opened.json").read_bytes())
+        payload["issue"]["number"] = n
+        payload["issue"]["body"] = f"the password is {SECRET_WORD} (delivery {n})"
+        body = json.dumps(payload).encode()
+    return Received(
+        name=name,
+        delivery=f"d-{n}",
+        body=body,
+        form=False,
+        digest=content_digest(name, body),
+        payload=webhook_payload(body, form=False),
+    )
+
+
+class Ledgered:
+    """A SQLite ledger with a redactor, and an inbox beside it."""
+
+    def __init__(self, folder: Path) -> None:
+        self.file = folder / "ledger.db"
+        self.store = SqliteStore(f"sqlite:///{self.file}", checkpoint_s=None)
+        self.ledger = RedactingLedger(
+            self.store,
+            lambda: Rules(version="t"),
+            lambda: datetime(2026, 1, 1, tzinfo=UTC),
+            lambda text: text.replace(SECRET_WORD, "[REDACTED]"),
+        )
+        self.decided: list[list[Event]] = []
+
+    def inbox(self, **kw: object) -> Inbox:
+        def on_decided(events: list[Event], outs: list[Outcome]) -> None:
+            self.decided.append(events)
+
+        return Inbox(
+            inbox_path(self.file),
+            self.ledger,
+            self.file,
+            on_decided=on_decided,
+            **kw,  # type: ignore[arg-type]
+        )
+
+    def events(self) -> dict[str, EventRow]:
+        with self.store.read() as tx:
+            return {e.event.id: e for e in tx.query("event") if isinstance(e, EventRow)}
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[Ledgered]:
+    w = Ledgered(tmp_path)
+    yield w
+    w.store.close()
+
+
+def submit_all(inbox: Inbox, items: list[Received]) -> list[bool]:
+    async def main() -> list[bool]:
+        return list(await asyncio.gather(*(inbox.submit(i) for i in items)))
+
+    return asyncio.run(main())
+
+
+def test_an_acknowledged_delivery_is_decided_right_after_and_its_raw_row_deleted(
+    world: Ledgered,
+) -> None:
+    inbox = world.inbox()
+    inbox.start()
+    try:
+        assert submit_all(inbox, [delivery(1), delivery(2)]) == [False, False]
+        assert inbox.settle(10)
+        events = world.events()
+        assert sorted(events) == ["d-1", "d-2"]
+        assert "[REDACTED]" in str(events["d-1"].event.details)  # redacted before stored
+        assert SECRET_WORD not in str(events["d-1"].event.details)
+        assert sorted(e.id for batch in world.decided for e in batch) == ["d-1", "d-2"]
+        assert inbox.stats.acked == 2 and inbox.stats.decided == 2
+    finally:
+        inbox.stop()
+    rows = sqlite3.connect(inbox_path(world.file)).execute("SELECT count(*) FROM inbox")
+    assert rows.fetchone() == (0,)
+
+
+def test_a_redelivery_or_a_replayed_body_is_a_duplicate_before_and_after_it_is_decided(
+    world: Ledgered,
+) -> None:
+    inbox = world.inbox()
+    inbox.start()
+    try:
+        first = delivery(1)
+        same_body = Received(
+            name="issues",
+            delivery="d-other",
+            body=first.body,
+            form=False,
+            digest=first.digest,
+            payload=first.payload,
+        )
+        # in one group: the second and third see the first in the inbox
+        assert submit_all(inbox, [first, delivery(1), same_body]) == [False, True, True]
+        assert inbox.settle(10)
+        # once decided (the row deleted): the ledger knows both keys
+        assert submit_all(inbox, [delivery(1), same_body]) == [True, True]
+        assert inbox.settle(10)
+        assert sorted(world.events()) == ["d-1"]
+        assert inbox.stats.duplicates == 4
+    finally:
+        inbox.stop()
+
+
+def test_what_a_killed_process_left_in_the_inbox_is_decided_on_start(world: Ledgered) -> None:
+    # a process acknowledged two deliveries and died before deciding them: its rows
+    path = inbox_path(world.file)
+    inbox = world.inbox()
+    inbox._conn.executemany(
+        "INSERT INTO inbox (delivery, digest, name, form, body, at) VALUES (?, ?, ?, 0, ?, 0)",
+        [(d.delivery, d.digest, d.name, d.body) for d in (delivery(1), delivery(2))],
+    )
+    inbox.stop()  # never started: closes only
+    assert world.events() == {}
+
+    again = world.inbox()
+    assert again.start() == 2  # before it returns, both are in the ledger
+    try:
+        assert sorted(world.events()) == ["d-1", "d-2"]
+    finally:
+        again.stop()
+    assert sqlite3.connect(path).execute("SELECT count(*) FROM inbox").fetchone() == (0,)
+
+
+def test_a_row_decided_before_the_crash_is_recorded_once(world: Ledgered) -> None:
+    inbox = world.inbox()
+    inbox.start()
+    try:
+        submit_all(inbox, [delivery(1)])
+        assert inbox.settle(10)
+    finally:
+        inbox.stop()
+    # the crash came between the ledger's commit and the row's deletion
+    d = delivery(1)
+    conn = sqlite3.connect(inbox_path(world.file))
+    conn.execute(
+        "INSERT INTO inbox (delivery, digest, name, form, body, at) VALUES (?, ?, ?, 0, ?, 0)",
+        (d.delivery, d.digest, d.name, d.body),
+    )
+    conn.commit()
+    conn.close()
+    again = world.inbox()
+    assert again.start() == 1
+    again.stop()
+    assert list(world.events()) == ["d-1"]
+
+
+def test_no_unredacted_text_stays_in_the_inbox_files(world: Ledgered) -> None:
+    inbox = world.inbox()
+    inbox.start()
+    try:
+        submit_all(inbox, [delivery(n) for n in range(1, 30)])
+        assert inbox.settle(10)
+    finally:
+        inbox.stop()
+    path = inbox_path(world.file)
+    files = [p for p in path.parent.iterdir() if p.name.startswith(path.name)]
+    assert path in files
+    for file in files:
+        assert SECRET_WORD.encode() not in file.read_bytes(), file.name
+
+
+def test_past_the_backlog_limit_the_writer_waits_for_the_translator(world: Ledgered) -> None:
+    inbox = world.inbox(backlog_max=2)
+    inbox.start()
+    try:
+        assert submit_all(inbox, [delivery(n) for n in range(1, 12)]) == [False] * 11
+        assert inbox.settle(10)
+        assert len(world.events()) == 11
+    finally:
+        inbox.stop()
