@@ -320,8 +320,13 @@ def test_a_failed_delivery_is_redelivered_by_the_sweeper_and_recorded_once(
 
         attempts = [d for d in r.gh.world.deliveries if d.guid == failed.guid]
         assert [(d.redelivery, d.status_code) for d in attempts] == [(False, 0), (True, 200)]
-        rows = [e for e in r.records("event") if isinstance(e, EventRow)]
-        assert [e.event.id for e in rows if e.event.id == failed.guid] == [failed.guid]
+
+        def recorded() -> list[str]:
+            rows = [e for e in r.records("event") if isinstance(e, EventRow)]
+            return [e.event.id for e in rows if e.event.id == failed.guid]
+
+        # acknowledged once in the webhook inbox, then decided into the ledger
+        assert wait_for("the event in the ledger", recorded) == [failed.guid]
         wait_for("the triage card", lambda: has_card_comment(r, number))
 
 
