@@ -687,13 +687,19 @@ def sustained(r: Run, sustain_seconds: float, tries: int) -> None:
         backlog: list[tuple[float, int]] = []
 
         def sample(at: float, backlog: list[tuple[float, int]] = backlog) -> None:
-            backlog.append((at, int(child.health().get("waiting", 0))))
+            # read beside the client's loop (a slow /healthz must not pause the sending)
+            def read() -> None:
+                with contextlib.suppress(OSError):
+                    backlog.append((at, int(child.health().get("waiting", 0))))
+
+            threading.Thread(target=read, daemon=True).start()
 
         w = run_async(
             paced(child.port, r.deliveries.make(n, f"sus-{attempt}"), rate, every_s=sample)
         )
         r.note("ours", w)
         settle(child)
+        backlog.sort()
         grows = _slope(backlog[len(backlog) // 2 :]) if len(backlog) >= 4 else 0.0
         peak = max((b for _, b in backlog), default=0)
         held = w.rate >= 0.97 * rate and grows < 0.02 * rate

@@ -206,7 +206,7 @@ class Child:
         return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
 
     def health(self) -> dict[str, Any]:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=5) as r:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=30) as r:
             doc: dict[str, Any] = json.loads(r.read())
             return doc
 
