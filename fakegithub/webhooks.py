@@ -96,6 +96,35 @@ class _Job:
     redelivery: bool
 
 
+def delivery_headers(app: App, job: _Job) -> dict[str, str]:
+    """The headers GitHub sends with one attempt of ``job``, signed with ``app``'s secret."""
+    return {
+        "Accept": "*/*",
+        "Content-Type": "application/json",
+        "User-Agent": USER_AGENT,
+        "X-GitHub-Delivery": job.guid,
+        "X-GitHub-Event": job.event,
+        "X-GitHub-Hook-ID": str(app.hook_id),
+        "X-GitHub-Hook-Installation-Target-ID": str(app.id),
+        "X-GitHub-Hook-Installation-Target-Type": "integration",
+        "X-Hub-Signature": signature_1(app.webhook_secret, job.body),
+        "X-Hub-Signature-256": signature_256(app.webhook_secret, job.body),
+    }
+
+
+def again(delivery: Delivery) -> _Job:
+    """A redelivery of ``delivery``: the same body and GUID, as a new attempt."""
+    return _Job(
+        delivery.guid,
+        delivery.event,
+        delivery.action,
+        delivery.installation_id,
+        delivery.repository_id,
+        delivery.body,
+        True,
+    )
+
+
 class WebhookSender:
     """Delivers one App's webhooks from background threads.
 
@@ -185,17 +214,7 @@ class WebhookSender:
             found = next((d for d in self._deliveries if d.id == delivery_id), None)
         if found is None:
             return None
-        self._queue.put(
-            _Job(
-                found.guid,
-                found.event,
-                found.action,
-                found.installation_id,
-                found.repository_id,
-                found.body,
-                True,
-            )
-        )
+        self._queue.put(again(found))
         return found
 
     # -- reading -------------------------------------------------------------------------
@@ -224,18 +243,7 @@ class WebhookSender:
         url = self.app.webhook_url
         if url is None:
             return
-        headers = {
-            "Accept": "*/*",
-            "Content-Type": "application/json",
-            "User-Agent": USER_AGENT,
-            "X-GitHub-Delivery": job.guid,
-            "X-GitHub-Event": job.event,
-            "X-GitHub-Hook-ID": str(self.app.hook_id),
-            "X-GitHub-Hook-Installation-Target-ID": str(self.app.id),
-            "X-GitHub-Hook-Installation-Target-Type": "integration",
-            "X-Hub-Signature": signature_1(self.app.webhook_secret, job.body),
-            "X-Hub-Signature-256": signature_256(self.app.webhook_secret, job.body),
-        }
+        headers = delivery_headers(self.app, job)
         with self._lock:
             self._next_id += 1
             delivery_id = self._next_id

@@ -101,7 +101,8 @@ class _Guard:
             self._arm()
 
     def _head_done(self) -> bool:
-        raise NotImplementedError
+        """Whether the request's head is in; each parser's class answers it (below)."""
+        raise NotImplementedError  # the mixin alone is never a protocol
 
     def _close(self) -> None:
         if not self.transport.is_closing():

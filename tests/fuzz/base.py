@@ -77,11 +77,16 @@ class Target:
     def __exit__(self, *exc: object) -> None:
         return None
 
+    # Every target of tests/fuzz/targets.py and web.py defines the three below.
+
     def strategy(self) -> st.SearchStrategy[Any]:
+        """The Hypothesis strategy of this target's inputs."""
         raise NotImplementedError
 
     def check(self, example: Any) -> None:
+        """Feed one input; raise :class:`FuzzFailure` on a crash, a 5xx or a traceback."""
         raise NotImplementedError
 
     def check_bytes(self, data: bytes) -> None:
+        """The same from raw bytes (atheris)."""
         raise NotImplementedError

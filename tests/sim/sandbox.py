@@ -31,12 +31,11 @@ import httpx
 from fakegithub.faults import SECONDARY_RATE_LIMIT
 from fakegithub.state import Event
 from fakegithub.webhooks import (
-    USER_AGENT,
     Delivery,
     WebhookSender,
     _Job,
-    signature_1,
-    signature_256,
+    again,
+    delivery_headers,
 )
 
 API = "http://gh.sim"
@@ -289,31 +288,13 @@ class SimHooks(WebhookSender):
         found = self.get(delivery_id)
         if found is None:
             return None
-        self.pending.append(
-            _Job(
-                found.guid,
-                found.event,
-                found.action,
-                found.installation_id,
-                found.repository_id,
-                found.body,
-                True,
-            )
-        )
+        self.pending.append(again(found))
         return found
 
     def attempt(self, job: _Job, receiver: Receiver) -> Delivery:
         """Send ``job`` to ``receiver`` (the App) and keep the attempt, as GitHub does.
         A :class:`NoAnswer` (the App died) is kept as a failed attempt and raised again."""
-        headers = {
-            "Content-Type": "application/json",
-            "User-Agent": USER_AGENT,
-            "X-GitHub-Delivery": job.guid,
-            "X-GitHub-Event": job.event,
-            "X-GitHub-Hook-ID": str(self.app.hook_id),
-            "X-Hub-Signature": signature_1(self.app.webhook_secret, job.body),
-            "X-Hub-Signature-256": signature_256(self.app.webhook_secret, job.body),
-        }
+        headers = delivery_headers(self.app, job)
         self._next_id += 1
         delivery = Delivery(
             id=self._next_id,

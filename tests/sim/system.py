@@ -78,9 +78,10 @@ from ghapp.github.executor import GitHubExecutor
 from ghapp.github.sansio import verify_signature
 from ghapp.github.sweeper import Sweeper
 from ghapp.runtime.hub import Hub
+from ghapp.runtime.webhooks import BadBody
 from ghapp.store.base import StoreError, Tx
 from ghapp.store.sqlite import SqliteStore
-from ghapp.web.app import BadBody, webhook_inputs
+from ghapp.web.app import webhook_inputs
 from kernel import inputs as k
 from kernel.facts import content_key
 from kernel.model import AgentSpec, Rule, Rules, Trigger
