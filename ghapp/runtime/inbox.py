@@ -21,12 +21,14 @@ delivery becomes its events. A row decided twice (a crash between the ledger's c
 and the row's deletion) is a duplicate for the kernel, recorded once.
 
 **Acks first.** Both threads share one core with the event loop (and Python's GIL).
-The translator runs while the ack path waits for the disk or has nothing to do: before
-each delivery it looks whether a request is being answered or queued for the writer,
-and waits while one is (woken when the last is answered), unless the oldest delivery
-waiting has waited :data:`DEFER_MAX_S` (10 s). So a burst is acknowledged at the rate
-the ack path alone allows and decided as soon as it eases; a load that never eases
-shares the processor after 10 s. Past :attr:`Inbox.backlog_max`
+The translator runs while the ack path has nothing to do: before each delivery it
+looks whether a webhook request is in flight (from the moment the route is called,
+before its body is read), queued for the writer, or was answered less than
+:data:`QUIET_S` ago (a busy sender's next request follows its answer within
+microseconds, so a gap between two requests is not a pause in the stream), and waits
+while one is, unless the oldest delivery waiting has waited :data:`DEFER_MAX_S` (10 s).
+So a burst is acknowledged at the rate the ack path alone allows and decided as soon
+as it eases; a load that never eases shares the processor after 10 s. Past :attr:`Inbox.backlog_max`
 deliveries waiting, the writer waits instead (backpressure): the inbox never grows
 without bound, and a sustained load is acknowledged no faster than it is decided.
 
@@ -69,6 +71,7 @@ MEMORY_PAYLOADS = (
 BATCH = 64  # deliveries decided in one ledger transaction while the ack path is idle
 BATCH_BUSY = 8  # ... and while it has work: the GIL is held for less at a time
 DEFER_MAX_S = 10.0  # the translator yields to the ack path until a delivery waited this long
+QUIET_S = 0.002  # ... and while the last webhook was answered less than this long ago
 GATHER_S = 0.01  # a delivery waits at most this long for others to share its ledger commit
 CHECKPOINT_S = 0.5
 
@@ -158,8 +161,9 @@ class Inbox:
         self.stats = InboxStats()
         self.write_error: WriteError | None = None  # set while the inbox cannot append
         # counters of the ack path, each written by one thread only (see _ack_busy)
-        self.entered = 0  # event loop: requests whose body is read
-        self.left = 0  # event loop: requests answered
+        self.entered = 0  # event loop: webhook requests begun
+        self.left = 0  # event loop: webhook requests answered
+        self.left_at = float("-inf")  # event loop: time.monotonic() of the last answer
         self._q: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._todo: deque[Received] = deque()  # acknowledged, not decided yet (in order)
         self._cv = threading.Condition()
@@ -271,21 +275,24 @@ class Inbox:
         return await fut
 
     def request_in(self) -> None:
-        """The webhook route read a request's body (event loop thread)."""
+        """The webhook route was called for a request (event loop thread)."""
         self.entered += 1
 
     def request_out(self) -> None:
-        """The webhook route answered it (event loop thread); when none is left, the
-        translator may run."""
+        """The webhook route answered it (event loop thread). The translator, waiting
+        for a quiet moment, looks again within :data:`QUIET_S`."""
         self.left += 1
-        if self.entered == self.left and self._todo:
-            with self._cv:
-                self._cv.notify_all()
+        self.left_at = time.monotonic()
 
     def _ack_busy(self) -> bool:
-        """Whether the ack path has work: a request read and not answered yet (even one
-        waiting for the disk: its answer follows at once), or one queued for the writer."""
-        return self.entered != self.left or not self._q.empty()
+        """Whether the ack path has work: a request begun and not answered yet (even one
+        waiting for the disk: its answer follows at once), one queued for the writer, or
+        an answer less than :data:`QUIET_S` ago (more are likely on their way)."""
+        return (
+            self.entered != self.left
+            or not self._q.empty()
+            or time.monotonic() - self.left_at < QUIET_S
+        )
 
     def _overdue(self) -> bool:
         """The backlog is at its limit, or its oldest delivery waited ``DEFER_MAX_S``:
@@ -511,7 +518,7 @@ class Inbox:
         flight is answered or a commit starts waiting for the disk."""
         while self._ack_busy() and not self._overdue() and not self._stopping:
             with self._cv:
-                self._cv.wait(0.005)
+                self._cv.wait(QUIET_S)
 
     def _bodies(self, batch: list[Received]) -> None:
         """Read back the bodies kept on disk only."""

@@ -178,12 +178,17 @@ def create_app(server: Server) -> Starlette:
         """One log line per received webhook (:mod:`ghapp.web.access`), then its answer."""
         started = time.perf_counter()
         status, error = 500, "the server failed: see the error logged above"
+        inbox = server.inbox
+        if inbox is not None:
+            inbox.request_in()  # the ack path has work: the translator waits (see the inbox)
         try:
             response = await receive_github_webhook(request)
             status = response.status_code
             error = _error_of(response) if status >= 400 else ""
             return response
         finally:
+            if inbox is not None:
+                inbox.request_out()
             server.webhook_log.received(
                 request.headers.get("x-github-event", ""),
                 request.headers.get("x-github-delivery", ""),
@@ -266,30 +271,26 @@ def create_app(server: Server) -> Starlette:
         """The inbox's ack: the body is a JSON object, then durable in the inbox (or a
         duplicate); its events are decided right after (:mod:`ghapp.runtime.inbox`)."""
         m = server.metrics
-        inbox.request_in()  # the ack path has work: the translator waits (see the inbox)
+        name, delivery = item.name, item.delivery
         try:
-            name, delivery = item.name, item.delivery
-            try:
-                if big:  # decoded and hashed off the event loop and the writer
-                    item.digest = await asyncio.to_thread(_checked, item)
-                    item.checked = True
-                dup = await inbox.submit(item)  # small bodies: decoded and hashed by the writer
-            except BadBody as exc:
-                return _error(400, str(exc))
-            except Exception as exc:  # the inbox cannot append (e.g. a full disk)
-                m.inc("webhook_unrecorded_total")
-                return _unrecorded(f"webhook {delivery} ({name})", exc)
-            m.inc("webhook_deliveries_total")
-            m.observe(time.perf_counter() - started)
-            answer = {"delivery": delivery, "duplicate": dup, "queued": not dup}
-            return Response(
-                orjson.dumps(answer),
-                status_code=200,
-                media_type="application/json",
-                background=_after_ack(),
-            )
-        finally:
-            inbox.request_out()
+            if big:  # decoded and hashed off the event loop and the writer
+                item.digest = await asyncio.to_thread(_checked, item)
+                item.checked = True
+            dup = await inbox.submit(item)  # small bodies: decoded and hashed by the writer
+        except BadBody as exc:
+            return _error(400, str(exc))
+        except Exception as exc:  # the inbox cannot append (e.g. a full disk)
+            m.inc("webhook_unrecorded_total")
+            return _unrecorded(f"webhook {delivery} ({name})", exc)
+        m.inc("webhook_deliveries_total")
+        m.observe(time.perf_counter() - started)
+        answer = {"delivery": delivery, "duplicate": dup, "queued": not dup}
+        return Response(
+            orjson.dumps(answer),
+            status_code=200,
+            media_type="application/json",
+            background=_after_ack(),
+        )
 
     async def generic_source(request: Request) -> Response:
         source = request.path_params["source"]

@@ -9,12 +9,14 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from ghapp.runtime import inbox as inbox_module
 from ghapp.runtime.hub import RedactingLedger
 from ghapp.runtime.inbox import Inbox, Received, inbox_path
 from ghapp.runtime.ledger import Outcome
@@ -201,5 +203,55 @@ def test_past_the_backlog_limit_the_writer_waits_for_the_translator(world: Ledge
         assert submit_all(inbox, [delivery(n) for n in range(1, 12)]) == [False] * 11
         assert inbox.settle(10)
         assert len(world.events()) == 11
+    finally:
+        inbox.stop()
+
+
+def test_acks_first_deciding_waits_while_a_webhook_is_in_flight(world: Ledgered) -> None:
+    inbox = world.inbox()
+    inbox.start()
+    try:
+        inbox.request_in()  # another sender's request, its body still being read
+        assert submit_all(inbox, [delivery(1)]) == [False]  # acknowledged all the same
+        time.sleep(0.3)
+        assert world.events() == {} and inbox.waiting() == 1  # not decided meanwhile
+        inbox.request_out()
+        assert inbox.settle(10)  # decided once the ack path is quiet
+        assert sorted(world.events()) == ["d-1"]
+    finally:
+        inbox.stop()
+
+
+def test_a_load_that_never_eases_is_decided_after_defer_max(
+    world: Ledgered, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(inbox_module, "DEFER_MAX_S", 0.2)
+    inbox = world.inbox()
+    inbox.start()
+    try:
+        inbox.request_in()  # a request in flight the whole time
+        assert submit_all(inbox, [delivery(1), delivery(2)]) == [False, False]
+        assert inbox.settle(10)  # overdue: the translator stops waiting
+        assert sorted(world.events()) == ["d-1", "d-2"]
+        inbox.request_out()
+    finally:
+        inbox.stop()
+
+
+def test_a_moment_after_an_answer_is_not_yet_quiet(
+    world: Ledgered, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A busy sender's next request follows its answer within microseconds: the gap
+    # between two requests is no pause for the translator to fill.
+    monkeypatch.setattr(inbox_module, "QUIET_S", 60.0)
+    inbox = world.inbox()
+    try:
+        assert not inbox._ack_busy()  # nothing answered yet
+        inbox.request_in()
+        assert inbox._ack_busy()
+        inbox.request_out()
+        assert inbox._ack_busy()  # answered, but just now
+        inbox.left_at -= 61.0
+        assert not inbox._ack_busy()
     finally:
         inbox.stop()
