@@ -6,6 +6,7 @@ import io
 import json
 import logging
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -117,3 +118,35 @@ def test_a_bad_format_string_still_logs_and_stays_redacted() -> None:
 def test_an_unknown_level_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="unknown log level 'LOUD'; use one of DEBUG"):
         configure_logging("LOUD", REDACTOR)
+
+
+def test_a_message_changed_after_the_record_was_made_is_redacted_by_the_text_format() -> None:
+    # The text format skips a second redaction only for the message the record factory
+    # redacted itself; a filter that rewrites the message afterwards gets redacted too.
+    out = io.StringIO()
+    handler = configure_logging("INFO", REDACTOR, stream=out)
+
+    def rewrite(record: logging.LogRecord) -> bool:
+        record.msg = f"rewritten with {HOOK}"
+        return True
+
+    handler.addFilter(rewrite)
+    get_logger("ghapp.test").info("plain")
+    assert HOOK not in out.getvalue()
+    assert "rewritten with [REDACTED:value]" in out.getvalue()
+
+
+def test_the_text_line_is_stamped_in_utc_to_the_millisecond() -> None:
+    out = io.StringIO()
+    configure_logging("INFO", REDACTOR, stream=out)
+    get_logger("ghapp.test").info("first")
+    get_logger("ghapp.test").info("second")
+    lines = out.getvalue().splitlines()
+    assert [line.split(" ", 1)[1] for line in lines] == [
+        "INFO ghapp.test: first",
+        "INFO ghapp.test: second",
+    ]
+    stamp = lines[0].split(" ", 1)[0]
+    parsed = datetime.fromisoformat(stamp)
+    assert parsed.utcoffset() == timedelta(0) and len(stamp) == len("2026-12-01T23:31:43.018+00:00")
+    assert abs((datetime.now(UTC) - parsed).total_seconds()) < 60
