@@ -76,11 +76,16 @@ def verify_signature(secret: bytes, body: bytes, header: str | None) -> bool:
     value = header.strip()
     if not value.lower().startswith(_PREFIX):
         return False
-    digest = value[len(_PREFIX) :].lower()
-    if len(digest) != _HEX_LEN or any(c not in "0123456789abcdef" for c in digest):
+    digest = value[len(_PREFIX) :]
+    if len(digest) != _HEX_LEN or not digest.isascii():
         return False
-    expected = hmac.new(secret, body, hashlib.sha256).hexdigest()
-    return hmac.compare_digest(expected.encode("ascii"), digest.encode("ascii"))
+    try:
+        given = bytes.fromhex(digest)  # either case; spaces inside make it 63 bytes or less
+    except ValueError:
+        return False
+    if len(given) != _HEX_LEN // 2:
+        return False
+    return hmac.compare_digest(hmac.digest(secret, body, "sha256"), given)
 
 
 def _get(headers: Mapping[str, str], name: str) -> str | None:

@@ -50,6 +50,8 @@ def test_signature_with_upper_case_hex_or_spaces_still_verifies() -> None:
         GOOD[:-1] + ("0" if GOOD[-1] != "0" else "1"),  # last digit changed
         GOOD[:-2] + "zz",  # not hex
         "sha256=" + "é" * 64,
+        GOOD[:-2] + " " + GOOD[-1],  # a space inside, length kept
+        GOOD[:9] + " " + GOOD[10:],  # the same nearer the start
     ],
 )
 def test_missing_or_malformed_signature_is_rejected(header: str | None) -> None:
