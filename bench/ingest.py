@@ -677,10 +677,11 @@ def end_to_end(r: Run, rate: float, e2e_seconds: float) -> None:
 def sustained(r: Run, sustain_seconds: float, tries: int) -> None:
     """The highest rate tried at which ours' backlog does not grow (see the module)."""
     child = r.kids["ours"]
-    start = r.figures.get("ours_drain_rps", math.nan)
-    if not math.isfinite(start):
-        start = r.figures["ours_rps"] / 2
-    rate = max(20.0, min(start, r.figures["ours_rps"]))
+    acks, drain = r.figures["ours_rps"], r.figures.get("ours_drain_rps", math.nan)
+    # Each delivery is acknowledged, then decided, on the same core: the rate both can
+    # keep up with together is at most 1 / (1/acks + 1/drain); start just under it.
+    start = 0.95 / (1 / acks + 1 / drain) if math.isfinite(drain) and drain > 0 else acks / 2
+    rate = max(20.0, min(start, acks))
     r.figures["sustained_rps"] = 0.0
     for attempt in range(tries):
         n = max(1, int(rate * sustain_seconds))
@@ -712,7 +713,7 @@ def sustained(r: Run, sustain_seconds: float, tries: int) -> None:
             r.figures["sustained_rps"] = rate
             r.figures["sustained_backlog_peak"] = float(peak)
             return
-        rate *= 0.8
+        rate *= 0.85
 
 
 def _slope(points: list[tuple[float, int]]) -> float:

@@ -28,7 +28,10 @@ before its body is read), queued for the writer, or was answered less than
 microseconds, so a gap between two requests is not a pause in the stream), and waits
 while one is, unless the oldest delivery waiting has waited :data:`DEFER_MAX_S` (10 s).
 So a burst is acknowledged at the rate the ack path alone allows and decided as soon
-as it eases; a load that never eases shares the processor after 10 s. Past :attr:`Inbox.backlog_max`
+as it eases; a load that never eases shares the processor after 10 s (a steady stream
+of more than a few hundred deliveries a second leaves no quiet moment: its events are
+then decided about 10 s after their ack, at the rate ``bench.ingest`` reports as
+sustained). Past :attr:`Inbox.backlog_max`
 deliveries waiting, the writer waits instead (backpressure): the inbox never grows
 without bound, and a sustained load is acknowledged no faster than it is decided.
 
