@@ -789,7 +789,11 @@ def rows(f: dict[str, float]) -> list[tuple[str, str, str]]:
         ),
         (
             f"ingest sustained, {f['sustain_s']:.0f} s, no growing backlog",
-            f"{f['sustained_rps']:,.0f}/s" if f["sustained_rps"] else "none of the rates tried",
+            (
+                f"{f['sustained_rps']:,.0f}/s (backlog peak {f['sustained_backlog_peak']:,.0f})"
+                if f["sustained_rps"]
+                else "none of the rates tried"
+            ),
             f"{ratio(f, 'sustained_rps', 'floor_rps'):.2f}x the floor's saturated rate; "
             f"decided alone while draining: {f['ours_drain_rps']:,.0f}/s",
         ),
