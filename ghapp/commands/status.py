@@ -27,10 +27,9 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ghapp.commands.home_ledger import home_from_env, open_ledger, require_home
-from ghapp.runtime.days import day_bounds, spent_between
+from ghapp.runtime.days import day_bounds, spent_between, zone
 from ghapp.runtime.rules_file import clock_from_env, rules_path
 from kernel.errors import ConfigError
 
@@ -319,8 +318,8 @@ def _remembered(home: Path, path: Path, raw: bytes) -> Limits | None:
         tz, max_usd, max_tokens = doc["timezone"], doc["max_usd_per_day"], doc["max_tokens_per_day"]
         if not isinstance(tz, str) or not _number(max_usd) or not _number(max_tokens, whole=True):
             return None
-        ZoneInfo(tz)  # still known here (day_bounds needs it)
-    except (OSError, ValueError, KeyError, TypeError, ZoneInfoNotFoundError):
+        zone(tz)  # still known here (day_bounds needs it); not found is a KeyError
+    except (OSError, ValueError, KeyError, TypeError):
         return None
     return tz, max_usd, max_tokens
 

@@ -9,12 +9,22 @@ starts fast.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime, time, timedelta
-from zoneinfo import ZoneInfo
+from datetime import UTC, datetime, time, timedelta, tzinfo
 
 from kernel.durations import iso
 
-__all__ = ["day_bounds", "spent_between"]
+__all__ = ["day_bounds", "spent_between", "zone"]
+
+
+def zone(name: str) -> tzinfo:
+    """The time zone called ``name`` (``zoneinfo.ZoneInfoNotFoundError``, a KeyError, or
+    ValueError when there is none). UTC, the starter rules' zone, is the same instants
+    without the time zone database: zoneinfo is loaded for the others only."""
+    if name == "UTC":
+        return UTC
+    from zoneinfo import ZoneInfo  # noqa: PLC0415  # imported late: status in UTC starts without it
+
+    return ZoneInfo(name)
 
 
 def day_bounds(now: datetime, timezone: str, *, days: int = 1) -> tuple[str, str, str]:
@@ -22,7 +32,7 @@ def day_bounds(now: datetime, timezone: str, *, days: int = 1) -> tuple[str, str
 
     ``start`` is local midnight ``days - 1`` days ago, ``end`` the next local midnight.
     """
-    tz = ZoneInfo(timezone)
+    tz = zone(timezone)
     today = now.astimezone(tz).date()
     first = today - timedelta(days=days - 1)
     start = datetime.combine(first, time(0), tz)

@@ -12,7 +12,6 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from kernel.errors import ConfigError
 
@@ -65,6 +64,8 @@ def load_rules(home: Path, *, agents: Iterable[str], channels: Iterable[str]) ->
             "or not a rules file; restore it or run 'autoloop init' in an empty folder",
             file=str(path),
         ) from None
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError  # noqa: PLC0415  # imported late: only a rules file read needs it
+
     from kernel.rules import parse_rules  # noqa: PLC0415  # imported late: only a rules file read needs it
     from plugins.sources import github as github_source  # noqa: PLC0415  # imported late: only a rules file read needs it
 

@@ -68,6 +68,7 @@ STATUS_NEVER = (
     "orjson",
     "rich",
     "tomllib",
+    "zoneinfo",  # the starter rules' zone is UTC
 )
 
 
