@@ -28,11 +28,29 @@ import json
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-# The kernel's codec and record classes load with the first record read or written, not
-# with the store: ``autoloop status`` reads the stored data without them (``SqlTx.data``).
+# The kernel's codec, fact keys and record classes are loaded with the first record read
+# or written (:func:`_load_kernel`), not with the store: ``autoloop status`` reads the
+# stored data without them (``SqlTx.data``), and their dataclasses take long to create.
 if TYPE_CHECKING:
-    from kernel.facts import Fact
-    from kernel.records import Record
+    from kernel.codec import dump_fact, dump_record, load_fact, load_record
+    from kernel.facts import Fact, extra_keys, fact_key, is_extra_key
+    from kernel.records import EventRow, Queued, Record, index_of
+
+_kernel_loaded = False  # whether _load_kernel has bound them here
+
+
+def _load_kernel() -> None:
+    """Bind the kernel's codec, fact keys and record classes in this module, once: the
+    methods that use them check ``_kernel_loaded`` first (cheaper than an import
+    statement in each, which costs about a microsecond a call)."""
+    global _kernel_loaded, dump_fact, dump_record, load_fact, load_record  # noqa: PLW0603  # bound once, at the first record read or written
+    global extra_keys, fact_key, is_extra_key, EventRow, Queued, index_of  # noqa: PLW0603  # the same
+    from kernel.codec import dump_fact, dump_record, load_fact, load_record  # noqa: PLC0415  # imported late: the store starts without the kernel
+    from kernel.facts import extra_keys, fact_key, is_extra_key  # noqa: PLC0415  # imported late: the store starts without the kernel
+    from kernel.records import EventRow, Queued, index_of  # noqa: PLC0415  # imported late: the store starts without the kernel
+
+    _kernel_loaded = True
+
 
 # 1: event rows in ``records``; 2: event rows in their own ``events`` table;
 # 3: each event waiting in a matter is a ``queued`` record (not a list in the matter).
@@ -141,7 +159,8 @@ class SqlTx:
 
     def has_key(self, key: str) -> bool:
         """True when a fact holds ``key``: its ``fkey``, or one of its extra keys."""
-        from kernel.facts import is_extra_key  # noqa: PLC0415  # imported late: the store starts without the kernel
+        if not _kernel_loaded:
+            _load_kernel()
 
         sql = _HAS_EXTRA_KEY if is_extra_key(key) else _HAS_KEY
         self.cur.execute(self._q(sql), (key,))
@@ -174,8 +193,8 @@ class SqlTx:
         """What recording events needs, in one statement (one round trip): which of the
         fact ``keys`` are stored already, the last event seq, and the counters record
         with the named matters' records."""
-        from kernel.codec import load_record  # noqa: PLC0415  # imported late: the store starts without the kernel
-        from kernel.facts import is_extra_key  # noqa: PLC0415  # imported late: the store starts without the kernel
+        if not _kernel_loaded:
+            _load_kernel()
 
         keys, matters = list(dict.fromkeys(keys)), list(dict.fromkeys(matters))
         found: set[str] = set()
@@ -215,8 +234,8 @@ class SqlTx:
     ) -> list[int]:
         """Insert ``facts`` in order, write ``records`` and delete the ``removed`` ones
         (kind, id): what one decision, or a group of them, changed."""
-        from kernel.codec import dump_fact  # noqa: PLC0415  # imported late: the store starts without the kernel
-        from kernel.facts import extra_keys, fact_key  # noqa: PLC0415  # imported late: the store starts without the kernel
+        if not _kernel_loaded:
+            _load_kernel()
 
         seqs: list[int] = []
         sql = self._q(
@@ -264,8 +283,8 @@ class SqlTx:
             self.cur.executemany(self._q("DELETE FROM records WHERE kind = ? AND id = ?"), other)
 
     def _upsert(self, records: Iterable[Record]) -> None:
-        from kernel.codec import dump_record  # noqa: PLC0415  # imported late: the store starts without the kernel
-        from kernel.records import EventRow, Queued, index_of  # noqa: PLC0415  # imported late: the store starts without the kernel
+        if not _kernel_loaded:
+            _load_kernel()
 
         events: list[tuple[int, str, str, str]] = []
         fresh: list[tuple[str, str, str, str, str, str]] = []  # not read in this tx
@@ -331,8 +350,8 @@ class SqlTx:
             )
 
     def get(self, kind: str, rid: str) -> Record | None:
-        from kernel.codec import load_record  # noqa: PLC0415  # imported late: the store starts without the kernel
-        from kernel.records import Queued  # noqa: PLC0415  # imported late: the store starts without the kernel
+        if not _kernel_loaded:
+            _load_kernel()
 
         if kind == "queued":
             matter, number = _queued_key(rid)
@@ -367,8 +386,8 @@ class SqlTx:
         due_before: str | None = None,
         limit: int | None = None,
     ) -> list[Record]:
-        from kernel.codec import load_record  # noqa: PLC0415  # imported late: the store starts without the kernel
-        from kernel.records import Queued  # noqa: PLC0415  # imported late: the store starts without the kernel
+        if not _kernel_loaded:
+            _load_kernel()
 
         if kind == "queued":
             pairs = self._waiting(matter, states, due_before, limit)
@@ -471,15 +490,16 @@ class SqlTx:
         return int(self.cur.fetchone()[0])
 
     def records(self) -> Iterator[Record]:
-        from kernel.codec import load_record  # noqa: PLC0415  # imported late: the store starts without the kernel
+        if not _kernel_loaded:
+            _load_kernel()
 
         for kind, _, data in self.raw_records():
             yield load_record(kind, data)
 
     def raw_records(self) -> list[tuple[str, str, str]]:
         """Every projection row as (kind, id, data), sorted by kind and id."""
-        from kernel.codec import dump_record  # noqa: PLC0415  # imported late: the store starts without the kernel
-        from kernel.records import Queued  # noqa: PLC0415  # imported late: the store starts without the kernel
+        if not _kernel_loaded:
+            _load_kernel()
 
         self.cur.execute("SELECT kind, id, data FROM records")
         out = [(str(k), str(i), str(d)) for k, i, d in self.cur.fetchall()]
@@ -513,7 +533,8 @@ class SqlTx:
 
 def _fact(seq: int, data: Any) -> Fact:
     """The fact stored as ``data``; a row that does not decode is a damaged ledger."""
-    from kernel.codec import load_fact  # noqa: PLC0415  # imported late: the store starts without the kernel
+    if not _kernel_loaded:
+        _load_kernel()
 
     try:
         return load_fact(data)
