@@ -15,6 +15,7 @@ import importlib
 import json
 import os
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the commands import what they use: --help and status start fast
@@ -202,125 +203,6 @@ def _nothing_to_run(ctx: Home) -> str:
     )
 
 
-def _usage(ctx: Home) -> dict[str, Any]:
-    """Turns, tokens and cost of today and of the last 7 days (local days of the rules)."""
-    from ghapp.runtime.budget import day_bounds, usage_between  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
-    from kernel.errors import ConfigError  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
-    from kernel.records import Turn  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
-
-    now = ctx.clock()
-    try:
-        rules: Any = ctx.rules()
-        tz = rules.timezone
-    except ConfigError as exc:  # status still works with a broken rules file
-        print(f"autoloop: {exc} (usage shown in UTC, without caps)", file=sys.stderr)
-        rules, tz = None, "UTC"
-    with ctx.store.read() as tx:
-        turns = [t for t in tx.query("turn") if isinstance(t, Turn)]
-    out: dict[str, Any] = {"timezone": tz}
-    for name, days in (("today", 1), ("week", 7)):
-        day, start, end = day_bounds(now, tz, days=days)
-        used = usage_between(turns, start, end)
-        out[name] = {
-            "turns": used.turns,
-            "tokens": used.tokens,
-            "cost_usd": round(used.cost_usd, 6),
-            "since": start,
-        }
-    out["today"]["day"] = day
-    out["caps"] = {
-        "max_usd_per_day": getattr(rules, "max_usd_per_day", None),
-        "max_tokens_per_day": getattr(rules, "max_tokens_per_day", None),
-    }
-    return out
-
-
-def status_data(ctx: Home) -> dict[str, Any]:
-    from kernel.codec import to_data  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
-    from kernel.records import Card, EventRow, Matter, Pipeline, Queued, Timer, Turn  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
-
-    with ctx.store.read() as tx:
-        turns = [t for t in tx.query("turn") if isinstance(t, Turn)]
-        cards = [c for c in tx.query("card") if isinstance(c, Card)]
-        events = [e for e in tx.query("event") if isinstance(e, EventRow)]
-        timers = [t for t in tx.query("timer") if isinstance(t, Timer)]
-        matters = [m for m in tx.query("matter") if isinstance(m, Matter)]
-        pipelines = [p for p in tx.query("pipeline") if isinstance(p, Pipeline)]
-        waiting: dict[str, list[int]] = {}
-        for q in tx.query("queued", states=["pending"]):
-            if isinstance(q, Queued):
-                waiting.setdefault(q.matter, []).append(q.seq)
-    turns.sort(key=lambda t: t.fence)
-    return {
-        "turns": [
-            {
-                "id": t.id,
-                "rule": t.rule,
-                "matter": t.matter,
-                "state": t.state,
-                "outcome": t.outcome,
-                "kind": t.kind_,
-                "agent": t.agent,
-                "worker": t.worker,
-                "session": t.session,
-                "resume": t.resume or "",
-                "agent_session": t.agent_session or "",
-                "events": list(t.events),
-                "hops": t.hops,
-                "started_at": t.started_at,
-                "ended_at": t.ended_at,
-                "tokens": t.tokens,
-                "cost_usd": t.cost_usd,
-            }
-            for t in turns
-        ],
-        "cards": [card_data(c) for c in cards],
-        "events": [
-            {
-                "seq": e.seq,
-                "source": e.event.source,
-                "id": e.event.id,
-                "type": e.event.type,
-                "subject": e.event.subject,
-                "hops": e.event.hops,
-                "dispatched": e.dispatched,
-                "routes": list(e.routes),
-                "reason": e.reason,
-            }
-            for e in events
-        ],
-        "timers": [to_data(t) for t in timers],
-        "matters": [
-            {
-                "id": m.id,
-                "rule": m.rule,
-                "subject": m.subject,
-                "state": "running" if m.running else ("waiting" if m.runnable else "idle"),
-                "pending": waiting.get(m.id, []),
-                "running": m.running,
-                "session": m.session,
-                "agent_session": m.agent_session or "",
-            }
-            for m in matters
-        ],
-        "pipelines": [
-            {
-                "id": p.id,
-                "subject": p.subject,
-                "stage": p.stage,
-                "state": "ended" if p.ended else "active",
-                "waiting_for": str(p.data.get("waiting_for") or ""),
-                "wake_at": p.wake_at,
-                "cards": dict(p.cards),
-                "started_at": p.started_at,
-                "updated_at": p.updated_at,
-            }
-            for p in pipelines
-        ],
-        "usage": _usage(ctx),
-    }
-
-
 def card_data(c: Card) -> dict[str, Any]:
     return {
         "id": c.id,
@@ -338,108 +220,17 @@ def card_data(c: Card) -> dict[str, Any]:
     }
 
 
-RECENT_TURNS = 10
-
-
 def cmd_status(args: argparse.Namespace) -> int:
-    from collections import Counter  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+    from ghapp.commands.status import read_status, show  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
 
-    from ghapp.commands.show import Out  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
-
-    ctx = _open()
-    data = status_data(ctx)
+    data = read_status(os.environ)
     if args.json:
         _print_json(data)
         return 0
-    out = Out()
-    states = Counter(t["state"] for t in data["turns"])
-    by_state = ", ".join(f"{n} {s}" for s, n in sorted(states.items())) or "none"
-    out.line(f"turns: {len(data['turns'])} ({by_state})")
-    recent = data["turns"][-RECENT_TURNS:]
-    if recent:
-        out.table(
-            f"recent turns (last {len(recent)}; 'autoloop why TURN' tells one)",
-            ["turn", "kind", "rule", "matter", "state", "outcome", "started", "ended"],
-            [
-                [
-                    t["id"],
-                    t["kind"],
-                    t["rule"],
-                    t["matter"],
-                    t["state"],
-                    t["outcome"] or "",
-                    _short_time(t["started_at"]),
-                    _short_time(t["ended_at"]),
-                ]
-                for t in reversed(recent)
-            ],
-        )
-    if data["matters"]:
-        out.table(
-            "matters",
-            ["matter", "rule", "subject", "state", "pending", "session"],
-            [
-                [m["id"], m["rule"], m["subject"], m["state"], len(m["pending"]), m["session"]]
-                for m in data["matters"]
-            ],
-        )
-    waiting = [c for c in data["cards"] if c["state"] == "open" and c["kind"] == "ask"]
-    for c in waiting:
-        out.line(f"  waiting for an answer: card {c['id']} {c['title']!r} (matter {c['matter']})")
-    opened = [c for c in data["cards"] if c["state"] == "open"]
-    if opened:
-        out.table(
-            "open cards ('autoloop answer CARD N', or 'autoloop cards dismiss CARD' a notice)",
-            ["card", "kind", "title", "matter", "options"],
-            [
-                [c["id"], c["kind"], c["title"], c["matter"], " / ".join(c["options"])]
-                for c in opened
-            ],
-        )
-    armed = [t for t in data["timers"] if not t["fired"]]
-    if armed:
-        out.table(
-            "timers",
-            ["timer", "matter", "due", "why"],
-            [[t["id"], t["matter"], t["due"], t["why"]] for t in armed],
-        )
-    active = [p for p in data["pipelines"] if p["state"] == "active"]
-    if data["pipelines"]:
-        ended = len(data["pipelines"]) - len(active)
-        out.line(f"deliveries: {len(active)} active, {ended} ended ('autoloop why OWNER/REPO#N')")
-    for p in active:
-        waits = f", waiting for {p['waiting_for']}" if p["waiting_for"] else ""
-        out.line(f"  delivery {p['subject']} ({p['id']}): {p['stage']}{waits}")
-    not_disp = [e for e in data["events"] if not e["dispatched"]]
-    out.line(f"events: {len(data['events'])} ({len(not_disp)} not dispatched)")
-    out.line(f"open cards: {len(opened)}")
-    usage = data["usage"]
-    for span in ("today", "week"):
-        u = usage[span]
-        label = "today" if span == "today" else "last 7 days"
-        out.line(f"{label}: {u['turns']} turns, {u['tokens']} tokens, ${u['cost_usd']:.4f}")
-    caps = usage["caps"]
-    today = usage["today"]
-    if caps["max_usd_per_day"] is not None or caps["max_tokens_per_day"] is not None:
-        limits = []
-        if caps["max_usd_per_day"] is not None:
-            limits.append(f"${caps['max_usd_per_day']:g}")
-        if caps["max_tokens_per_day"] is not None:
-            limits.append(f"{caps['max_tokens_per_day']} tokens")
-        reached = (
-            caps["max_usd_per_day"] is not None and today["cost_usd"] >= caps["max_usd_per_day"]
-        ) or (
-            caps["max_tokens_per_day"] is not None and today["tokens"] >= caps["max_tokens_per_day"]
-        )
-        state = "REACHED: no new turns today" if reached else "not reached"
-        out.line(f"daily cap ({usage['timezone']}): {' or '.join(limits)}, {state}")
+    from ghapp.commands.show import Out  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+
+    show(data, Out())
     return 0
-
-
-def _short_time(value: object) -> str:
-    """``2026-11-30T09:00:01.234+00:00`` as ``2026-11-30 09:00:01`` (empty for none)."""
-    text = str(value or "")
-    return text[:19].replace("T", " ")
 
 
 def why_trail(store: Any, turn_id: str) -> dict[str, Any] | None:
@@ -833,14 +624,7 @@ class _Parser(argparse.ArgumentParser):
 JSON_HELP = "print one JSON object instead of text"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="autoloop",
-        description="Run command-line coding agents on events; ask people when it matters.",
-    )
-    p.add_argument("--version", action=_VersionAction, help="show the version and exit")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-
+def _add_init(sub: Any) -> None:
     s = sub.add_parser("init", help="create AUTOLOOP_HOME, a starter rules.json and master.key")
     s.add_argument(
         "--new-ledger",
@@ -850,6 +634,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help=JSON_HELP)
     s.set_defaults(func=cmd_init)
 
+
+def _add_emit(sub: Any) -> None:
     s = sub.add_parser("emit", help="record a local event")
     s.add_argument("source", help="where the event comes from, e.g. local")
     s.add_argument("type", help="the event's type, e.g. hello.world (rules match on it)")
@@ -861,6 +647,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help=JSON_HELP)
     s.set_defaults(func=cmd_emit)
 
+
+def _add_drain(sub: Any) -> None:
     s = sub.add_parser("drain", help="run hub and worker here until nothing is runnable now")
     s.add_argument(
         "--worker", default="local", help="run the turns of agents for this worker (default local)"
@@ -868,10 +656,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help=JSON_HELP)
     s.set_defaults(func=cmd_drain)
 
+
+def _add_status(sub: Any) -> None:
     s = sub.add_parser("status", help="recent turns, matters, cards, timers, deliveries, usage")
     s.add_argument("--json", action="store_true", help=JSON_HELP + " (every record)")
     s.set_defaults(func=cmd_status)
 
+
+def _add_why(sub: Any) -> None:
     s = sub.add_parser(
         "why", help="the trail of one turn, or the story of one delivery (owner/repo#N)"
     )
@@ -883,6 +675,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help=JSON_HELP)
     s.set_defaults(func=cmd_why)
 
+
+def _add_cards(sub: Any) -> None:
     s = sub.add_parser("cards", help="list open cards (--all: every card); 'cards dismiss CARD'")
     s.add_argument("--all", action="store_true", help="every card, answered and closed too")
     s.add_argument("--json", action="store_true", help=JSON_HELP)
@@ -892,6 +686,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("card", help="the notice card's id, e.g. c3")
     d.add_argument("--json", action="store_true", help=JSON_HELP)
 
+
+def _add_answer(sub: Any) -> None:
     s = sub.add_parser("answer", help="answer a card with the number of an option")
     s.add_argument("card", help="the card's id, e.g. c1")
     s.add_argument("choice", help="the number of the option, from 1")
@@ -899,11 +695,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help=JSON_HELP)
     s.set_defaults(func=cmd_answer)
 
+
+def _add_rebuild(sub: Any) -> None:
     s = sub.add_parser("rebuild", help="rebuild projections from the facts")
     s.add_argument("--check", action="store_true", help="compare only; exit 1 on a difference")
     s.add_argument("--json", action="store_true", help=JSON_HELP)
     s.set_defaults(func=cmd_rebuild)
 
+
+def _add_try(sub: Any) -> None:
     s = sub.add_parser("try", help="an offline trial with a built-in demo agent")
     s.add_argument("--answer", type=int, help="answer the question without a prompt")
     s.add_argument(
@@ -911,6 +711,36 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.set_defaults(func=cmd_try)
 
+
+# name -> what adds its parser, in the order --help lists them (then EXTERNAL's, sorted)
+COMMANDS: dict[str, Callable[[Any], None]] = {
+    "init": _add_init,
+    "emit": _add_emit,
+    "drain": _add_drain,
+    "status": _add_status,
+    "why": _add_why,
+    "cards": _add_cards,
+    "answer": _add_answer,
+    "rebuild": _add_rebuild,
+    "try": _add_try,
+}
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of the command line. With ``command`` (one of :data:`COMMANDS`) it holds
+    that subcommand's parser alone: the same parse of its arguments, the same usage and
+    errors, and a faster start (argparse builds each parser slowly, ``status`` noticed)."""
+    p = argparse.ArgumentParser(
+        prog="autoloop",
+        description="Run command-line coding agents on events; ask people when it matters.",
+    )
+    p.add_argument("--version", action=_VersionAction, help="show the version and exit")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    if command in COMMANDS:
+        COMMANDS[command](sub)
+        return p
+    for add in COMMANDS.values():
+        add(sub)
     for name in sorted(EXTERNAL):
         sub.add_parser(name, help=f"see 'autoloop {name} --help'", add_help=False)
     return p
@@ -935,7 +765,7 @@ def _main(args_list: list[str]) -> int:
         entry = getattr(importlib.import_module(module), func)
         code: int = entry(args_list[1:])
         return code
-    parser = build_parser()
+    parser = build_parser(args_list[0] if args_list else None)
     try:
         args = parser.parse_args(args_list)
     except SystemExit as exc:

@@ -5,7 +5,7 @@
 - ``ledger``: ``Ledger``, one decision against the store; ``ingest``: ``IngestQueue``,
   group commit for the HTTP handlers
 - ``worker``: ``WorkerLoop``; ``turns``: one claimed turn's folder and agent run;
-  ``budget``: the daily spend cap
+  ``budget``: the daily spend cap; ``days``: local days and what the turns in them used
 - ``redact``: ``Redactor``; ``logs``: redacted logging; ``links``: signed card links;
   ``settings``: ``Settings`` from the environment or a TOML file; ``details``: an event's
   details from outside, bounded (size, depth, 64-bit integers)

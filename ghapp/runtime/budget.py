@@ -13,16 +13,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, time, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Protocol
 from zoneinfo import ZoneInfo
 
+from ghapp.runtime.days import day_bounds, spent_between
 from kernel import facts as f
 from kernel.durations import iso
 from kernel.model import Rules
 from kernel.records import Turn
 
-if TYPE_CHECKING:  # the notice is made only when a cap is reached: status starts fast
+if TYPE_CHECKING:  # the notice is made only when a cap is reached
     from kernel import inputs as k
 
 __all__ = ["Usage", "UsageMeter", "cap_notice", "day_bounds", "usage_between"]
@@ -35,19 +36,6 @@ class Usage:
     cost_usd: float = 0.0
 
 
-def day_bounds(now: datetime, timezone: str, *, days: int = 1) -> tuple[str, str, str]:
-    """(local date, start, end) of the ``days`` local days ending with today; ISO instants.
-
-    ``start`` is local midnight ``days - 1`` days ago, ``end`` the next local midnight.
-    """
-    tz = ZoneInfo(timezone)
-    today = now.astimezone(tz).date()
-    first = today - timedelta(days=days - 1)
-    start = datetime.combine(first, time(0), tz)
-    end = datetime.combine(today + timedelta(days=1), time(0), tz)
-    return today.isoformat(), iso(start), iso(end)
-
-
 def usage_between(turns: Iterable[Turn], start: str, end: str) -> Usage:
     """Turns started in [start, end) and what they reported (ISO instants compare as text)."""
     return _total(((t.started_at, t.tokens, t.cost_usd) for t in turns), start, end)
@@ -55,13 +43,7 @@ def usage_between(turns: Iterable[Turn], start: str, end: str) -> Usage:
 
 def _total(turns: Iterable[tuple[str, int | None, float | None]], start: str, end: str) -> Usage:
     """Sum of (started, tokens, usd) over the turns started in [start, end)."""
-    n = tokens = 0
-    cost = 0.0
-    for started, used_tokens, used_usd in turns:
-        if start <= started < end:
-            n += 1
-            tokens += used_tokens or 0
-            cost += used_usd or 0.0
+    n, tokens, cost = spent_between(turns, start, end)
     return Usage(turns=n, tokens=tokens, cost_usd=cost)
 
 

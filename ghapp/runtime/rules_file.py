@@ -1,7 +1,9 @@
 """The rules file and the clock of one process, read without loading the hub.
 
 ``autoloop status`` and ``--help`` start fast because they need no more than this: the
-hub, the ledger loop and the HTTP server are imported only by the commands that use them.
+hub, the ledger loop and the HTTP server are imported only by the commands that use them,
+and the rules parser (the kernel's configuration classes, the GitHub source's list of
+actions) only when a rules file is read.
 """
 
 from __future__ import annotations
@@ -9,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from typing import TYPE_CHECKING
 
 from kernel.errors import ConfigError
-from kernel.model import Rules
-from kernel.rules import parse_rules
-from plugins.sources import github as github_source
+
+if TYPE_CHECKING:
+    from kernel.model import Rules
 
 __all__ = ["clock_from_env", "load_rules", "real_clock", "rules_path"]
 
@@ -62,6 +64,11 @@ def load_rules(home: Path, *, agents: Iterable[str], channels: Iterable[str]) ->
             "or not a rules file; restore it or run 'autoloop init' in an empty folder",
             file=str(path),
         ) from None
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError  # noqa: PLC0415  # imported late: only a rules file read needs it
+
+    from kernel.rules import parse_rules  # noqa: PLC0415  # imported late: only a rules file read needs it
+    from plugins.sources import github as github_source  # noqa: PLC0415  # imported late: only a rules file read needs it
+
     rules = parse_rules(
         text,
         path=str(path),

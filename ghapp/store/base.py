@@ -24,12 +24,33 @@ and the matters it joins.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from kernel.codec import dump_fact, dump_record, load_fact, load_record
-from kernel.facts import Fact, extra_keys, fact_key, is_extra_key
-from kernel.records import EventRow, Queued, Record, index_of
+# The kernel's codec, fact keys and record classes are loaded with the first record read
+# or written (:func:`_load_kernel`), not with the store: ``autoloop status`` reads the
+# stored data without them (``SqlTx.data``), and their dataclasses take long to create.
+if TYPE_CHECKING:
+    from kernel.codec import dump_fact, dump_record, load_fact, load_record
+    from kernel.facts import Fact, extra_keys, fact_key, is_extra_key
+    from kernel.records import EventRow, Queued, Record, index_of
+
+_kernel_loaded = False  # whether _load_kernel has bound them here
+
+
+def _load_kernel() -> None:
+    """Bind the kernel's codec, fact keys and record classes in this module, once: the
+    methods that use them check ``_kernel_loaded`` first (cheaper than an import
+    statement in each, which costs about a microsecond a call)."""
+    global _kernel_loaded, dump_fact, dump_record, load_fact, load_record  # noqa: PLW0603  # bound once, at the first record read or written
+    global extra_keys, fact_key, is_extra_key, EventRow, Queued, index_of  # noqa: PLW0603  # the same
+    from kernel.codec import dump_fact, dump_record, load_fact, load_record  # noqa: PLC0415  # imported late: the store starts without the kernel
+    from kernel.facts import extra_keys, fact_key, is_extra_key  # noqa: PLC0415  # imported late: the store starts without the kernel
+    from kernel.records import EventRow, Queued, index_of  # noqa: PLC0415  # imported late: the store starts without the kernel
+
+    _kernel_loaded = True
+
 
 # 1: event rows in ``records``; 2: event rows in their own ``events`` table;
 # 3: each event waiting in a matter is a ``queued`` record (not a list in the matter).
@@ -79,6 +100,8 @@ class Tx(Protocol):
         due_before: str | None = None,
         limit: int | None = None,
     ) -> list[Record]: ...
+
+    def data(self, kind: str, *, states: Sequence[str] | None = None) -> list[dict[str, Any]]: ...
 
     def facts(
         self, after: int = 0, limit: int | None = None, *, types: tuple[str, ...] = ()
@@ -136,6 +159,9 @@ class SqlTx:
 
     def has_key(self, key: str) -> bool:
         """True when a fact holds ``key``: its ``fkey``, or one of its extra keys."""
+        if not _kernel_loaded:
+            _load_kernel()
+
         sql = _HAS_EXTRA_KEY if is_extra_key(key) else _HAS_KEY
         self.cur.execute(self._q(sql), (key,))
         return self.cur.fetchone() is not None
@@ -167,6 +193,9 @@ class SqlTx:
         """What recording events needs, in one statement (one round trip): which of the
         fact ``keys`` are stored already, the last event seq, and the counters record
         with the named matters' records."""
+        if not _kernel_loaded:
+            _load_kernel()
+
         keys, matters = list(dict.fromkeys(keys)), list(dict.fromkeys(matters))
         found: set[str] = set()
         recs: list[Record] = []
@@ -205,6 +234,9 @@ class SqlTx:
     ) -> list[int]:
         """Insert ``facts`` in order, write ``records`` and delete the ``removed`` ones
         (kind, id): what one decision, or a group of them, changed."""
+        if not _kernel_loaded:
+            _load_kernel()
+
         seqs: list[int] = []
         sql = self._q(
             "INSERT INTO facts (at, type, v, fkey, data) VALUES (?, ?, ?, ?, ?) RETURNING seq"
@@ -251,6 +283,9 @@ class SqlTx:
             self.cur.executemany(self._q("DELETE FROM records WHERE kind = ? AND id = ?"), other)
 
     def _upsert(self, records: Iterable[Record]) -> None:
+        if not _kernel_loaded:
+            _load_kernel()
+
         events: list[tuple[int, str, str, str]] = []
         fresh: list[tuple[str, str, str, str, str, str]] = []  # not read in this tx
         same: list[tuple[str, str, str]] = []  # read, index unchanged: data only
@@ -315,6 +350,9 @@ class SqlTx:
             )
 
     def get(self, kind: str, rid: str) -> Record | None:
+        if not _kernel_loaded:
+            _load_kernel()
+
         if kind == "queued":
             matter, number = _queued_key(rid)
             self.cur.execute(
@@ -348,8 +386,42 @@ class SqlTx:
         due_before: str | None = None,
         limit: int | None = None,
     ) -> list[Record]:
+        if not _kernel_loaded:
+            _load_kernel()
+
         if kind == "queued":
-            return list(self._waiting(matter, states, due_before, limit))
+            pairs = self._waiting(matter, states, due_before, limit)
+            return [Queued(matter=m, seq=seq) for m, seq in pairs]
+        rows = self._rows(kind, matter, states, due_before, limit)
+        if kind != "event":
+            for r in rows:
+                self._seen[(kind, r[0])] = (r[2], r[3], r[4])
+        return [load_record(kind, r[1]) for r in rows]
+
+    def data(self, kind: str, *, states: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """What :meth:`query` builds its records from, in the same order: each record's
+        stored data as plain JSON data, decoded in one go by the standard library, so that
+        a reader that only shows them (``autoloop status``) loads neither the kernel's
+        record classes nor its codec. A field that a row written by an older autoloop
+        lacks is absent (the record class gives it its default); a queued row is its
+        ``matter`` and ``seq``."""
+        if kind == "queued":
+            pairs = self._waiting(None, states, None, None)
+            return [{"matter": m, "seq": seq} for m, seq in pairs]
+        rows = self._rows(kind, None, states, None, None)
+        decoded: list[dict[str, Any]] = json.loads("[" + ",".join(str(r[1]) for r in rows) + "]")
+        return decoded
+
+    def _rows(
+        self,
+        kind: str,
+        matter: str | None,
+        states: Sequence[str] | None,
+        due_before: str | None,
+        limit: int | None,
+    ) -> list[Any]:
+        """The rows :meth:`query` reads: (id, data, matter, state, due) of the records of
+        ``kind`` ordered by id, or ('', data) of the event rows ordered by seq."""
         if kind == "event":
             sql = "SELECT '', data FROM events WHERE 1 = 1"
             args: list[Any] = []
@@ -373,11 +445,8 @@ class SqlTx:
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
         self.cur.execute(self._q(sql), args)
-        rows = self.cur.fetchall()
-        if kind != "event":
-            for r in rows:
-                self._seen[(kind, r[0])] = (r[2], r[3], r[4])
-        return [load_record(kind, r[1]) for r in rows]
+        rows: list[Any] = self.cur.fetchall()
+        return rows
 
     def _waiting(
         self,
@@ -385,10 +454,11 @@ class SqlTx:
         states: Sequence[str] | None,
         due_before: str | None,
         limit: int | None,
-    ) -> Iterator[Queued]:
-        """Waiting events (every queued row waits: a turn that takes one deletes it)."""
+    ) -> list[tuple[str, int]]:
+        """(matter, seq) of the waiting events (every queued row waits: a turn that takes
+        one deletes it)."""
         if (states and "pending" not in states) or due_before is not None:
-            return
+            return []
         sql = "SELECT matter, seq FROM queued"
         args: list[Any] = []
         if matter is not None:
@@ -398,8 +468,7 @@ class SqlTx:
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
         self.cur.execute(self._q(sql), args)
-        for m, seq in self.cur.fetchall():
-            yield Queued(matter=str(m), seq=int(seq))
+        return [(str(m), int(seq)) for m, seq in self.cur.fetchall()]
 
     def facts(
         self, after: int = 0, limit: int | None = None, *, types: tuple[str, ...] = ()
@@ -421,11 +490,17 @@ class SqlTx:
         return int(self.cur.fetchone()[0])
 
     def records(self) -> Iterator[Record]:
+        if not _kernel_loaded:
+            _load_kernel()
+
         for kind, _, data in self.raw_records():
             yield load_record(kind, data)
 
     def raw_records(self) -> list[tuple[str, str, str]]:
         """Every projection row as (kind, id, data), sorted by kind and id."""
+        if not _kernel_loaded:
+            _load_kernel()
+
         self.cur.execute("SELECT kind, id, data FROM records")
         out = [(str(k), str(i), str(d)) for k, i, d in self.cur.fetchall()]
         self.cur.execute("SELECT seq, data FROM events")
@@ -458,6 +533,9 @@ class SqlTx:
 
 def _fact(seq: int, data: Any) -> Fact:
     """The fact stored as ``data``; a row that does not decode is a damaged ledger."""
+    if not _kernel_loaded:
+        _load_kernel()
+
     try:
         return load_fact(data)
     except Exception as exc:  # any decoding error: bad JSON, an unknown type, bad fields

@@ -175,6 +175,42 @@ def test_every_option_and_argument_has_help() -> None:
     assert missing == []
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["status"],
+        ["status", "--json"],
+        ["emit", "local", "hello.world", "demo", "--id", "1", "--summary", "s"],
+        ["drain", "--worker", "w"],
+        ["why", "acme/web#1", "--json"],
+        ["cards", "--all"],
+        ["cards", "dismiss", "c1", "--json"],
+        ["answer", "c1", "2", "--by", "ana"],
+        ["rebuild", "--check"],
+        ["try", "--answer", "1", "--json"],
+        ["init", "--new-ledger"],
+    ],
+)
+def test_a_command_parser_built_alone_reads_and_helps_as_the_whole_parser(
+    argv: list[str],
+) -> None:
+    """``autoloop COMMAND ...`` builds that command's parser alone (start-up): the same
+    arguments, the same help and usage as in the parser of every command."""
+    whole, alone = cli_module.build_parser(), cli_module.build_parser(argv[0])
+    assert alone.parse_args(argv) == whole.parse_args(argv)
+
+    def child(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        (subparsers,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        found: argparse.ArgumentParser = subparsers.choices[argv[0]]
+        return found
+
+    assert child(alone).format_help() == child(whole).format_help()
+    assert child(alone).format_usage() == child(whole).format_usage()
+    assert list(cli_module.COMMANDS) + sorted(cli_module.EXTERNAL) == list(
+        next(a for a in whole._actions if isinstance(a, argparse._SubParsersAction)).choices
+    )
+
+
 def test_init_answer_rebuild_and_dismiss_speak_json(tmp_path: Path) -> None:
     c = Cli(tmp_path / "home")
     made = c.json("init")

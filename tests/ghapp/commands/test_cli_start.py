@@ -47,6 +47,30 @@ NOT_FOR_STATUS = (
     "uvicorn",
 )
 
+# What status never loads once the home remembers the rules' timezone and caps: the
+# kernel's classes (creating their dataclasses was most of its start), the rules parser,
+# the GitHub source, the agent adapters, the budget's meter and the libraries they bring.
+STATUS_NEVER = (
+    *NOT_FOR_STATUS,
+    "ghapp.commands.home",
+    "ghapp.runtime.budget",
+    "kernel.codec",
+    "kernel.config",
+    "kernel.cron",
+    "kernel.facts",
+    "kernel.model",
+    "kernel.records",
+    "kernel.rules",
+    "plugins",
+    "dataclasses",
+    "hashlib",
+    "logging",
+    "orjson",
+    "rich",
+    "tomllib",
+    "zoneinfo",  # the starter rules' zone is UTC
+)
+
 
 def imported_by(argv: list[str], env: dict[str, str] | None = None) -> set[str]:
     """The modules loaded once ``autoloop ARGV`` ran, in a fresh interpreter."""
@@ -87,3 +111,18 @@ def test_status_reads_the_ledger_without_the_hub_or_the_server(tmp_path: Path) -
     modules = imported_by(["status", "--json"], {"AUTOLOOP_HOME": str(tmp_path)})
     assert "ghapp.store.sqlite" in modules  # it did read the ledger
     assert loaded(modules, NOT_FOR_STATUS) == []
+
+
+def test_status_reads_stored_data_without_the_kernel_classes_or_the_rules_parser(
+    tmp_path: Path,
+) -> None:
+    init_home(tmp_path)  # the starter rules
+    env = {"AUTOLOOP_HOME": str(tmp_path)}
+    emitted = imported_by(["emit", "local", "hello.world", "demo", "--id", "1"], env)
+    assert "ghapp.runtime.hub" in emitted  # it did record the event
+    first = imported_by(["status"], env)
+    assert "kernel.rules" in first  # the parser read the rules, and the home remembers
+    for argv in (["status"], ["status", "--json"]):
+        modules = imported_by(argv, env)
+        assert {"ghapp.commands.status", "ghapp.store.sqlite"} <= modules  # it did run
+        assert loaded(modules, STATUS_NEVER) == []

@@ -12,6 +12,7 @@ import pytest
 from ghapp.runtime.ledger import Ledger
 from ghapp.store.base import DuplicateFact, Store, StoreError, open_store
 from kernel import inputs as k
+from kernel.codec import dump_record
 from kernel.durations import iso
 from kernel.facts import EventRecorded
 from kernel.model import Event
@@ -142,6 +143,38 @@ def test_queries_find_runnable_matters_and_due_timers(store: Store) -> None:
         assert tx.query("timer", states=["armed"], due_before=iso(T0)) == []
         later = iso(T0 + timedelta(minutes=31))
         assert len(tx.query("timer", states=["armed"], due_before=later)) == 1
+
+
+def test_stored_data_is_what_the_records_are_built_from_in_query_order(store: Store) -> None:
+    """``Tx.data`` (what ``autoloop status`` reads) gives each record's stored data, in the
+    order and with the filters of ``query``, decoded without the kernel's codec."""
+    led = ledger(store)
+    for i in range(3):
+        led.decide(k.Ingest(event=ev(str(i))))
+    t = led.decide(k.Claim(matter="r", worker="w")).reply.data["turn"]
+    ask = receipt(
+        '{"ask": [{"key": "q", "title": "Q?", "options": ["a", "b"]}], '
+        '"notice": [{"title": "n\u00e9"}], "later": [{"in": "30m"}]}'
+    )
+    out = k.AgentOutcome(started=True, ok=True, final_message=ask, cost_usd=0.1, tokens=7)
+    led.decide(k.Finish(turn=str(t), fence=1, outcome=out))
+    led.decide(k.Ingest(event=ev("3")))
+    with store.read() as tx:
+        for kind in ("turn", "card", "event", "timer", "matter"):
+            records = tx.query(kind)
+            assert records, kind
+            assert tx.data(kind) == [json.loads(dump_record(r)) for r in records], kind
+        assert tx.data("card", states=["open"]) == [
+            json.loads(dump_record(c)) for c in tx.query("card", states=["open"])
+        ]
+        assert [c["kind_"] for c in tx.data("card", states=["open"])] == ["ask", "notice"]
+        assert tx.data("pipeline") == []
+        queued = tx.query("queued", states=["pending"])
+        assert tx.data("queued", states=["pending"]) == [
+            {"matter": q.matter, "seq": q.seq}  # type: ignore[union-attr]
+            for q in queued
+        ]
+        assert [q["seq"] for q in tx.data("queued")] == [4]
 
 
 def test_rebuild_restores_tampered_rows_and_check_agrees(store: Store) -> None:

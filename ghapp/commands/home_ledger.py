@@ -1,0 +1,168 @@
+"""Where a home is, and the ledger it uses: found, refused when lost, opened.
+
+``open_ledger`` is what :meth:`ghapp.commands.home.Home.open` and ``autoloop status``
+share: the ledger named by ``AUTOLOOP_DB`` (default ``ledger.db`` in the home), checked
+against the home's list of ledgers it has used, then opened (created when new). Nothing
+here loads the kernel's classes or the rules parser, so that status starts fast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from pathlib import Path
+
+from ghapp.store.base import Store, StoreError, open_store
+from ghapp.store.sqlite import sqlite_file
+from kernel.errors import ConfigError
+
+__all__ = [
+    "HOME_MARKS",
+    "KNOWN_LEDGERS",
+    "check_ledger_kept",
+    "db_url",
+    "home_from_env",
+    "open_ledger",
+    "remember_ledger",
+    "require_home",
+    "start_new_ledger",
+]
+
+
+def home_from_env(env: Mapping[str, str]) -> Path:
+    raw = env.get("AUTOLOOP_HOME")
+    return Path(raw).expanduser() if raw else Path.home() / ".autoloop"
+
+
+HOME_MARKS = ("rules.json", "rules.toml", "master.key", "ledger.db")
+
+
+def require_home(home: Path, env: Mapping[str, str]) -> None:
+    """Refuse a folder that holds no Autoloop home, before anything is made in it.
+
+    A mistyped or unset ``AUTOLOOP_HOME`` must not look like a healthy, empty install:
+    opening the ledger there would create it. With ``AUTOLOOP_DB`` set the ledger lives
+    elsewhere, and the commands that need the rules say so themselves.
+    """
+    if env.get("AUTOLOOP_DB"):
+        return
+    if home.is_dir() and any((home / name).exists() for name in HOME_MARKS):
+        return
+    how = "AUTOLOOP_HOME" if env.get("AUTOLOOP_HOME") else "AUTOLOOP_HOME is not set; its default"
+    raise ConfigError(
+        f"no Autoloop home here ({how}): run 'autoloop init' to make one, or set "
+        "AUTOLOOP_HOME to the folder 'autoloop init' made",
+        file=str(home),
+    )
+
+
+def db_url(env: Mapping[str, str], home: Path) -> str:
+    return env.get("AUTOLOOP_DB") or f"sqlite:///{home / 'ledger.db'}"
+
+
+# -- the ledgers a home has used ------------------------------------------------------
+#
+# SQLite makes a new, empty database wherever it is asked to open a missing or empty
+# file. For a home that has used its ledger, that would quietly start over without its
+# history. So the home lists the SQLite ledgers it has opened (KNOWN_LEDGERS, one path a
+# line), and a listed ledger that is missing or empty is refused until it is restored
+# or ``autoloop init --new-ledger`` says to start anew. ``autoloop init`` starts the list
+# of a new home; a home from before the list counts as used when it holds turn folders.
+
+KNOWN_LEDGERS = "known-ledgers"
+NEW_LEDGER_HINT = (
+    "restore it from a backup (with its -wal file if there is one), or run "
+    "'autoloop init --new-ledger' to start anew with an empty ledger"
+)
+
+
+def _known_ledgers(home: Path) -> list[str] | None:
+    """The ledgers listed in the home; None when there is no list."""
+    try:
+        text = (home / KNOWN_LEDGERS).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def _ledger_key(ledger: Path) -> str:
+    return str(ledger.expanduser().resolve())
+
+
+def _used(home: Path, ledger: Path) -> bool:
+    known = _known_ledgers(home)
+    if known is not None:
+        return _ledger_key(ledger) in known
+    turns = home / "turns"  # a home from before the list: turn folders say it was used
+    return ledger == home / "ledger.db" and turns.is_dir() and any(turns.iterdir())
+
+
+def _gone(ledger: Path) -> str | None:
+    """How a ledger file is gone ("missing", "empty"), or None when it holds something."""
+    try:
+        size = ledger.stat().st_size
+    except FileNotFoundError:
+        return "missing"
+    except OSError:
+        return None  # unreadable: opening it says why
+    return "empty" if size == 0 else None
+
+
+def check_ledger_kept(home: Path, ledger: Path) -> None:
+    """Refuse a ledger this home has used that is now missing or empty (StoreError)."""
+    gone = _gone(ledger)
+    if gone is not None and _used(home, ledger):
+        raise StoreError(
+            f"the ledger {ledger} is {gone}, but this home has used it: the history it held "
+            f"(events, turns, cards) is gone; {NEW_LEDGER_HINT}"
+        )
+
+
+def remember_ledger(home: Path, ledger: Path) -> None:
+    """List ``ledger`` among the ones this home has used (nothing when the home is not a
+    folder: a ledger elsewhere with no home to remember it)."""
+    known = _known_ledgers(home) or []
+    key = _ledger_key(ledger)
+    if key in known or not home.is_dir():
+        return
+    with contextlib.suppress(OSError), open(home / KNOWN_LEDGERS, "a", encoding="utf-8") as fh:
+        fh.write(key + "\n")
+
+
+def start_new_ledger(home: Path, url: str) -> Path:
+    """Let a missing or empty SQLite ledger start anew (``autoloop init --new-ledger``):
+    the home forgets it, an empty file is removed, and the next open creates it.
+
+    Raises StoreError when the ledger still holds something, or is not SQLite."""
+    ledger = sqlite_file(url)
+    if ledger is None:
+        raise StoreError(
+            "--new-ledger is for a SQLite ledger; AUTOLOOP_DB names another: nothing to do"
+        )
+    gone = _gone(ledger)
+    if gone is None:
+        raise StoreError(
+            f"the ledger {ledger} is still there: --new-ledger only starts anew where it is "
+            "missing or empty; move it away first if you mean to drop its history"
+        )
+    if gone == "empty":
+        ledger.unlink()
+    known = _known_ledgers(home)
+    if known is not None:
+        key = _ledger_key(ledger)
+        text = "".join(line + "\n" for line in known if line != key)
+        (home / KNOWN_LEDGERS).write_text(text, encoding="utf-8")
+    return ledger
+
+
+def open_ledger(env: Mapping[str, str], home: Path) -> Store:
+    """The ledger of ``home`` (``AUTOLOOP_DB`` in ``env`` names another), opened; a SQLite
+    ledger this home has used and lost is refused (StoreError), a new one is remembered."""
+    url = db_url(env, home)
+    ledger = sqlite_file(url)
+    if ledger is not None:
+        check_ledger_kept(home, ledger)
+    store = open_store(url)
+    if ledger is not None:
+        remember_ledger(home, ledger)
+    return store
