@@ -89,7 +89,8 @@ class _Guard:
         if self.loop not in _quieted:
             _quiet_accept_errors(self.loop)
         self._idle_since = self.loop.time()
-        self._deadline: asyncio.TimerHandle | None = None
+        self._deadline: asyncio.TimerHandle | None = None  # the timer, when one is set
+        self._armed_at: float | None = None  # since when headers are awaited (None: not)
         self._arm()
         limit = self.max_connections
         if limit is not None and len(self.connections) > limit:
@@ -109,19 +110,32 @@ class _Guard:
             self.transport.close()
 
     # -- the deadline --------------------------------------------------------------------
+    # Arming and disarming only note the time: a busy connection would otherwise cancel
+    # and set a timer for every request. One timer per connection looks when it fires,
+    # and sets itself again for what is left if headers were awaited since less long.
 
     def _arm(self) -> None:
-        self._disarm()
-        self._deadline = self.loop.call_later(self.header_timeout_s, self._headers_late)
+        self._armed_at = self.loop.time()
+        if self._deadline is None:
+            self._deadline = self.loop.call_later(self.header_timeout_s, self._headers_late)
 
     def _disarm(self) -> None:
+        self._armed_at = None
+
+    def _drop_timer(self) -> None:
+        self._armed_at = None
         if self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None
 
     def _headers_late(self) -> None:
         self._deadline = None
-        if not self._head_done():
+        if self._armed_at is None or self._head_done():
+            return  # not awaiting headers: the next response arms it again
+        left = self._armed_at + self.header_timeout_s - self.loop.time()
+        if left > 0:
+            self._deadline = self.loop.call_later(left, self._headers_late)
+        else:
             self._close()
 
     # -- shedding ------------------------------------------------------------------------
@@ -146,7 +160,7 @@ class GuardedH11(_Guard, H11Protocol):
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
-        if self._deadline is not None and self._head_done():
+        if self._armed_at is not None and self._head_done():
             self._disarm()  # the headers are in: the request is the app's to read now
 
     def on_response_complete(self) -> None:
@@ -154,7 +168,7 @@ class GuardedH11(_Guard, H11Protocol):
         self._guard_response_done()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
+        self._drop_timer()
         super().connection_lost(exc)
 
     def _head_done(self) -> bool:
@@ -197,7 +211,7 @@ def guarded_httptools() -> type[_Guard] | None:
             self._guard_response_done()
 
         def connection_lost(self, exc: Exception | None) -> None:
-            self._disarm()
+            self._drop_timer()
             super().connection_lost(exc)
 
         def _head_done(self) -> bool:

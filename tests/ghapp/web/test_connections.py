@@ -113,6 +113,34 @@ def test_the_deadline_never_cuts_a_request_whose_headers_are_in(
         assert answer.startswith(b"HTTP/1.1 200 ")
 
 
+def test_after_a_response_the_next_headers_have_the_whole_deadline_again(
+    tmp_path: Path, stack: tuple[str, str]
+) -> None:
+    # The deadline's one timer is set when the connection opens; a request answered in
+    # between moves the deadline, and the timer sets itself again for what is left.
+    http = {"header_timeout_s": 0.6, "http": stack[0], "loop": stack[1]}
+    with live_server(tmp_path / "h", RULES, env=ENV, start_worker=False, http=http) as live:
+        host, port = address(live.url)
+        with socket.create_connection((host, port)) as sock:
+            time.sleep(0.4)  # most of the first deadline gone
+            head = (
+                "POST /github/webhook HTTP/1.1\r\n"
+                f"Host: {host}\r\n"
+                "Content-Type: application/json\r\n"
+                "X-GitHub-Event: issues\r\n"
+                f"X-GitHub-Delivery: {uuid.uuid4()}\r\n"
+                f"X-Hub-Signature-256: {sign(SECRET.encode(), BODY)}\r\n"
+                f"Content-Length: {len(BODY)}\r\n\r\n"
+            ).encode()
+            sock.sendall(head + BODY)
+            sock.settimeout(5)
+            assert sock.recv(4096).startswith(b"HTTP/1.1 200 ")
+            answered = time.monotonic()
+            assert not closed_by_server(sock, 0.45)  # open past the first timer (0.6 s)
+            assert closed_by_server(sock, 3)  # then closed, 0.6 s after the answer
+            assert 0.5 < time.monotonic() - answered < 3
+
+
 # ------------------------------------------------------------------------ shedding
 
 
