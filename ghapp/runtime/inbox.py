@@ -1,8 +1,9 @@
 """The webhook inbox: a delivery is acknowledged once its raw body is durable, no later.
 
 ``POST /github/webhook`` verifies the signature and hands the delivery to
-:meth:`Inbox.submit`. One writer thread takes everything queued, decodes each body (one
-that is not a JSON object is refused: the route answers 400), checks each delivery
+:meth:`Inbox.submit`. One writer thread takes everything queued, checks that each body
+is a JSON object without building it (:func:`~ghapp.runtime.webhooks.check_json_object`;
+one that is not is refused: the route answers 400), checks each delivery
 against the inbox and the ledger (a delivery id or a body seen before is a duplicate,
 and is not stored again), appends the rest to the inbox (a
 SQLite file of its own beside the ledger: WAL, ``synchronous=FULL``) in one
@@ -57,7 +58,13 @@ from typing import Any
 
 from ghapp.runtime import crash
 from ghapp.runtime.ledger import Ledger, Outcome, WriteError
-from ghapp.runtime.webhooks import BadBody, content_digest, inputs_for, webhook_payload
+from ghapp.runtime.webhooks import (
+    BadBody,
+    check_json_object,
+    content_digest,
+    inputs_for,
+    webhook_payload,
+)
 from kernel import inputs as k
 from kernel.model import Event
 
@@ -68,9 +75,7 @@ log = logging.getLogger("autoloop.inbox")
 #: Deliveries waiting for translation before the ack path yields to it (and then waits).
 BACKLOG_MAX = 20_000
 MEMORY_ITEMS = 512  # waiting deliveries whose body stays in memory too (the rest: on disk)
-MEMORY_PAYLOADS = (
-    256  # ... and whose decoded payload is kept (~35 KB each; the rest: decoded again)
-)
+MEMORY_PAYLOADS = 256  # ... and whose payload decoded before (a form body's) is kept
 BATCH = 64  # deliveries decided in one ledger transaction while the ack path is idle
 BATCH_BUSY = 8  # ... and while it has work: the GIL is held for less at a time
 DEFER_MAX_S = 10.0  # the translator yields to the ack path until a delivery waited this long
@@ -377,8 +382,12 @@ class Inbox:
                 for ack in batch:
                     item = ack.item
                     if item.payload is None and not item.checked:
-                        try:  # decoded here, beside the group's other work, not in the loop
-                            item.payload = webhook_payload(item.body, form=item.form)
+                        try:  # checked here, beside the group's other work, not in the loop
+                            if item.form:
+                                item.payload = webhook_payload(item.body, form=True)
+                            else:  # the translator decodes it: nothing built twice
+                                check_json_object(item.body)
+                            item.checked = True
                         except BadBody as exc:
                             ack.loop.call_soon_threadsafe(_set_exc, ack.future, exc)
                             dup.append(None)

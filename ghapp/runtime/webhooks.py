@@ -2,24 +2,37 @@
 
 Shared by the webhook route (which checks the body before its ack) and the inbox's
 translator (which records it): :func:`webhook_payload` decodes JSON or form-encoded
-bodies, :func:`content_digest` names what a delivery is made of (the same body under a
-new delivery id is a replay), :func:`inputs_for` makes the events and their ``Ingest``
-inputs with the GitHub source's pure translator.
+bodies, :func:`check_json_object` only checks that a JSON body is an object (what the
+inbox's ack needs: it builds no Python objects, which made the decode the costliest
+step of the ack), :func:`content_digest` names what a delivery is made of (the same
+body under a new delivery id is a replay), :func:`inputs_for` makes the events and their
+``Ingest`` inputs with the GitHub source's pure translator.
+
+Both readers take the same bodies (a property test holds them to it): a body the check's
+shallow pass refuses is decoded in full to be sure (a bad body costs twice, a good one
+once), and ``orjson`` refuses a number too large for a double (``1e400``), which the
+shallow pass lets through: such a body is decoded by the standard library's parser
+instead, its number read as infinity.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any
 from urllib.parse import parse_qs
 
+import msgspec
 import orjson
 
 from kernel import inputs as k
 from kernel.model import Event
 from plugins.sources.github import event_type, translate
 
-__all__ = ["BadBody", "content_digest", "inputs_for", "webhook_payload"]
+__all__ = ["BadBody", "check_json_object", "content_digest", "inputs_for", "webhook_payload"]
+
+# Top-level keys decoded, values skipped over (their syntax checked, nothing built).
+_SHALLOW = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
 
 class BadBody(ValueError):
@@ -47,11 +60,38 @@ def webhook_payload(body: bytes, *, form: bool) -> dict[str, Any]:
     try:
         payload = orjson.loads(raw)
     except ValueError:
-        what = "the payload field" if form else "body"
-        raise BadBody(f"{what} is not JSON: send application/json payloads") from None
+        payload = _decode_rest(raw, form=form)
     if not isinstance(payload, dict):
         raise BadBody("body must be a JSON object")
     return payload
+
+
+def _decode_rest(raw: str | bytes, *, form: bool) -> Any:
+    """What ``orjson`` refused: valid JSON with a number beyond a double's range, read by
+    the standard library (as infinity); anything else is not JSON."""
+    try:
+        return json.loads(raw, parse_constant=_no_constant)
+    except ValueError:  # UnicodeDecodeError included
+        what = "the payload field" if form else "body"
+        raise BadBody(f"{what} is not JSON: send application/json payloads") from None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def check_json_object(body: bytes) -> None:
+    """Raise :class:`BadBody` unless ``body`` is a JSON object in UTF-8, the way
+    :func:`webhook_payload` reads it, without building it."""
+    try:
+        if not body.isascii():
+            body.decode("utf-8")  # the shallow pass does not look inside skipped strings
+        _SHALLOW.decode(body)
+    except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError):
+        # Refused: the full decode has the last word (it takes a few things the shallow
+        # pass does not, such as an escaped lone surrogate), and its reason is the one
+        # given (the shallow pass stops at a top-level number before reading the rest).
+        webhook_payload(body, form=False)
 
 
 def content_digest(event_name: str, body: bytes) -> str:

@@ -1,0 +1,132 @@
+"""The inbox's check of a webhook body before its ack, against the decode after it.
+
+The ack checks that a body is a JSON object without building it
+(``check_json_object``); the translator decodes it later (``webhook_payload``). A body
+the check accepts and the decode refuses would be acknowledged and then lost; one the
+check refuses and the decode takes would be a 400 for a good delivery. So the two must
+agree on every body, and say the same thing when they refuse.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ghapp.runtime.webhooks import BadBody, check_json_object, webhook_payload
+from tests import paths
+
+FIXTURES = sorted((paths.ROOT / "tests" / "fixtures" / "github" / "webhooks").rglob("*.json"))
+BODIES = [f.read_bytes() for f in FIXTURES]
+EDIT_BYTES = b'{}[]",:\\0123456789-+.eE \x00\x1f\x7f\x80\xbf\xc3\xed\xf4\xffntfua'
+
+
+def verdict_of_check(body: bytes) -> str:
+    try:
+        check_json_object(body)
+    except BadBody as exc:
+        return str(exc)
+    return "accepted"
+
+
+def verdict_of_decode(body: bytes) -> str:
+    try:
+        webhook_payload(body, form=False)
+    except BadBody as exc:
+        return str(exc)
+    return "accepted"
+
+
+def agree(body: bytes) -> None:
+    assert verdict_of_check(body) == verdict_of_decode(body), body[:200]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"a": 1}',
+        b'  {"a": [1, {"b": null}]}\n',
+        b"{}",
+        b"[1, 2]",
+        b'"text"',
+        b"12",
+        b"",
+        b"   ",
+        b'{"a": 1e400}',  # beyond a double: both take it (read as infinity)
+        b'{"a": -1e400}',
+        b'{"a": NaN}',
+        b'{"a": Infinity}',
+        b'{"a": 123456789012345678901234567890}',
+        b'{"a": "\\ud800"}',  # a lone surrogate, escaped
+        b'{"a": "\xff"}',  # not UTF-8 inside a string the check skips over
+        b'{"a": "\xed\xa0\x80"}',  # a surrogate encoded in UTF-8
+        b'{"a": "\xc3\xa9"}',
+        b'\xef\xbb\xbf{"a": 1}',  # a byte order mark
+        b'{"a": "\x01"}',  # a raw control character
+        b'{"a": 1,}',
+        b'{"a": 01}',
+        b'{"a": 1.}',
+        b'{"a": tru}',
+        b'{"a": 1} {"b": 2}',
+        b'{"a": 1}x',
+        b'{"a" 1}',
+        b'{"\\u0000": 1}',
+        b'{"a": 1, "a": 2}',
+    ],
+)
+def test_the_check_and_the_decode_agree_on_edge_cases(body: bytes) -> None:
+    agree(body)
+
+
+@pytest.mark.parametrize("body", BODIES, ids=[f.parent.name + "/" + f.name for f in FIXTURES])
+def test_every_payload_of_github_passes_the_check(body: bytes) -> None:
+    assert verdict_of_check(body) == "accepted"
+    agree(body)
+
+
+@settings(max_examples=600, deadline=None)
+@given(
+    st.sampled_from(range(len(BODIES))),
+    st.lists(
+        st.tuples(
+            st.floats(0, 1, exclude_max=True), st.sampled_from(range(3)), st.integers(0, 255)
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    st.booleans(),
+)
+def test_the_check_and_the_decode_agree_on_damaged_payloads(
+    which: int, edits: list[tuple[float, int, int]], syntax: bool
+) -> None:
+    damaged = bytearray(BODIES[which])
+    for where, op, value in edits:
+        at = int(where * len(damaged))
+        byte = EDIT_BYTES[value % len(EDIT_BYTES)] if syntax else value
+        if op == 0 and damaged:
+            damaged[min(at, len(damaged) - 1)] = byte
+        elif op == 1 and damaged:
+            del damaged[min(at, len(damaged) - 1)]
+        else:
+            damaged.insert(at, byte)
+    agree(bytes(damaged))
+
+
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(JSON_VALUES, st.booleans())
+def test_the_check_and_the_decode_agree_on_any_json(value: object, ascii_only: bool) -> None:
+    body = json.dumps(value, ensure_ascii=ascii_only).encode("utf-8", "surrogatepass")
+    agree(body)
