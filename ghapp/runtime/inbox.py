@@ -13,8 +13,8 @@ the disk in the ack path.
 Right after, a second thread of the same process translates what was appended (the
 GitHub source's pure translator), redacts it and decides it in the ledger, in batches;
 each batch commits to the ledger first, then its raw rows are deleted from the inbox
-(``secure_delete``: the freed pages are zeroed; the inbox's log is truncated whenever
-the inbox empties, and the file gives back the pages a backlog took), so unredacted
+(``secure_delete``: the freed pages are zeroed; the inbox's log is truncated once the
+stream pauses with the inbox empty, and the file gives back the pages a backlog took), so unredacted
 text does not stay on disk. A batch that cannot be
 decided (a full disk) stays in the inbox and is tried again. After a crash, what is
 still in the inbox is decided on start, before the server listens: every acknowledged
@@ -179,6 +179,7 @@ class Inbox:
         self._deletes_lock = threading.Lock()
         self._waiting = 0  # rows in the inbox (the writer's and the translator's view)
         self._commits = 0
+        self._tidied = 0  # self._commits when the writer last emptied the log
         self._stopping = False
         self._conn = self._connect(path)
         self._conn.executescript(SCHEMA)
@@ -313,7 +314,11 @@ class Inbox:
     def _write_loop(self) -> None:
         last = 0
         while True:
-            first = self._q.get()
+            try:
+                first = self._q.get(timeout=CHECKPOINT_S)
+            except queue.Empty:
+                self._tidy()
+                continue
             if first is _STOP:
                 self._flush_deletes()
                 return
@@ -596,8 +601,7 @@ class Inbox:
 
     def _checkpoint_loop(self) -> None:
         """Copy the log into the inbox file twice a second while there were commits
-        (PASSIVE: never waits for the writer), and empty the log whenever the inbox is
-        empty, so that the frames of deleted bodies do not stay in it."""
+        (PASSIVE: it never takes the write lock, so the writer never waits for it)."""
         conn = sqlite3.connect(str(self.path), timeout=0, isolation_level=None)
         seen = self._commits
         try:
@@ -605,14 +609,25 @@ class Inbox:
                 if self._commits == seen:
                     continue
                 seen = self._commits
-                empty = self._waiting <= 0 and not self._todo
                 with contextlib.suppress(sqlite3.Error):
-                    if empty:  # give back the pages a backlog took (zeroed already)
-                        conn.execute("PRAGMA incremental_vacuum").fetchall()
-                    mode = "TRUNCATE" if empty else "PASSIVE"
-                    conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
         finally:
             conn.close()
+
+    def _tidy(self) -> None:
+        """Once the stream pauses (nothing queued for :data:`CHECKPOINT_S`) with the inbox
+        empty: give back the pages a backlog took (zeroed already) and empty the log, so
+        that the frames of deleted bodies do not stay in it. The writer does it itself:
+        done from another connection (as before), a TRUNCATE checkpoint holds the write
+        lock, and the writer's next group slept in SQLite's busy handler until it was
+        free. Under a steady stream the log is recycled from its start after each
+        checkpoint, overwriting old frames; this empties it when the stream stops."""
+        if self._commits == self._tidied or self._waiting > 0 or self._todo:
+            return
+        self._tidied = self._commits
+        with contextlib.suppress(sqlite3.Error):
+            self._conn.execute("PRAGMA incremental_vacuum").fetchall()
+            self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
 
     def rows(self) -> Iterator[tuple[str, str]]:
         """(delivery, name) of every row in the inbox (tests)."""

@@ -255,3 +255,22 @@ def test_a_moment_after_an_answer_is_not_yet_quiet(
         assert not inbox._ack_busy()
     finally:
         inbox.stop()
+
+
+def test_once_the_stream_pauses_the_log_of_the_inbox_holds_no_body(
+    world: Ledgered, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(inbox_module, "CHECKPOINT_S", 0.1)
+    inbox = world.inbox()
+    inbox.start()
+    try:
+        submit_all(inbox, [delivery(n) for n in range(1, 30)])
+        assert inbox.settle(10)
+        log_file = Path(f"{inbox_path(world.file)}-wal")
+        deadline = time.monotonic() + 5
+        while SECRET_WORD.encode() in log_file.read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert SECRET_WORD.encode() not in log_file.read_bytes()  # while still serving
+        assert log_file.stat().st_size == 0  # emptied, not only overwritten
+    finally:
+        inbox.stop()
