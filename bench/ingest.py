@@ -100,6 +100,7 @@ TARGETS = {
     "rss_held_mb": 80.0,
 }
 RATE_SLICES = 5
+IDLE_S = 2.0  # the pause after the warm-up before the idle RSS is read
 
 
 # ------------------------------------------------------------------------------ client
@@ -584,6 +585,9 @@ def warm_up(r: Run, count: int, concurrency: int) -> None:
         r.note(side, w)
         if side == "ours":
             settle(child)
+    # Idle is after a pause, for every side alike (ours tidies its inbox, and gives back
+    # the memory a backlog took, once nothing arrived for half a second).
+    time.sleep(IDLE_S)
     for side, child in r.kids.items():
         r.figures[f"{side}_rss_idle_mb"] = child.rss_kb() / 1024
 
