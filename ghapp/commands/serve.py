@@ -38,7 +38,7 @@ from ghapp.runtime.links import CardLinks
 from ghapp.runtime.settings import Settings, SettingsError
 from ghapp.runtime.worker import WorkerLoop
 from ghapp.store.base import StoreError
-from ghapp.store.sqlite import sqlite_file
+from ghapp.store.sqlite import SqliteStore, sqlite_file
 from ghapp.web.app import Server, create_app
 from ghapp.web.connections import (
     HEADER_TIMEOUT_S,
@@ -162,6 +162,7 @@ def make_inbox(server: Server, ledger_file: Path) -> Inbox:
     """The webhook inbox beside a SQLite ledger: what its translator decided is counted,
     wakes the worker and reaches the GitHub App's handlers, as the webhook route did."""
     m = server.metrics
+    store = server.hub.ledger.store
 
     def decided(events: list[Event], outs: list[Outcome]) -> None:
         codes = [o.reply.code for o in outs]
@@ -183,6 +184,7 @@ def make_inbox(server: Server, ledger_file: Path) -> Inbox:
         ledger_file,
         identity=lambda: (server.app_slug, server.app_id),
         on_decided=decided,
+        sync=store.sync_log if isinstance(store, SqliteStore) else None,
     )
 
 

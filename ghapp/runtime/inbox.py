@@ -12,11 +12,18 @@ the disk in the ack path.
 
 Right after, a second thread of the same process translates what was appended (the
 GitHub source's pure translator), redacts it and decides it in the ledger, in batches;
-each batch commits to the ledger first, then its raw rows are deleted from the inbox
-(``secure_delete``: the freed pages are zeroed; the inbox's log is truncated once the
-stream pauses with the inbox empty, and the file gives back the pages a backlog took), so unredacted
-text does not stay on disk. A batch that cannot be
-decided (a full disk) stays in the inbox and is tried again. After a crash, what is
+each batch commits to the ledger first, then its raw rows are deleted from the inbox.
+Given ``sync`` (``autoloop serve`` passes the SQLite ledger's
+:meth:`~ghapp.store.sqlite.SqliteStore.sync_log`), those commits do not wait for the
+disk: the ledger's log is synced at most :data:`SYNC_S` later (and whenever the backlog
+empties), and only then are the rows deleted. A power cut loses no delivery (the inbox
+still holds it), an event is routed without waiting for the disk, and the disk sees one
+ledger sync per interval rather than one per batch. Anything that acts on a decided
+event (a turn's claim, an outbox entry) commits durably first, which syncs the log with
+it. Rows are deleted with ``secure_delete`` (the freed pages are zeroed; the inbox's
+log is truncated once the stream pauses with the inbox empty, and the file gives back
+the pages a backlog took), so unredacted text does not stay on disk. A batch that
+cannot be decided (a full disk) stays in the inbox and is tried again. After a crash, what is
 still in the inbox is decided on start, before the server listens: every acknowledged
 delivery becomes its events. A row decided twice (a crash between the ledger's commit
 and the row's deletion) is a duplicate for the kernel, recorded once.
@@ -82,6 +89,7 @@ DEFER_MAX_S = 10.0  # the translator yields to the ack path until a delivery wai
 QUIET_S = 0.002  # ... and while the last webhook was answered less than this long ago
 GATHER_S = 0.01  # a delivery waits at most this long for others to share its ledger commit
 CHECKPOINT_S = 0.5
+SYNC_S = 0.05  # decided rows wait at most this long for the ledger's log to be synced
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS inbox (
@@ -157,6 +165,7 @@ class Inbox:
         backlog_max: int = BACKLOG_MAX,
         max_batch: int = 256,
         gather_s: float = 0.002,
+        sync: Callable[[], None] | None = None,
     ) -> None:
         self.path = path
         self.ledger = ledger
@@ -166,6 +175,11 @@ class Inbox:
         self.backlog_max = backlog_max
         self.max_batch = max_batch
         self.gather_s = gather_s
+        self.sync = sync  # makes the ledger's relaxed commits durable (None: none relaxed)
+        self._unsynced: list[int] = []  # rows decided by relaxed commits, not synced yet
+        self._unsynced_since = 0.0
+        self._sync_failures = 0
+        self._sync_retry_at = 0.0
         self.stats = InboxStats()
         self.write_error: WriteError | None = None  # set while the inbox cannot append
         # counters of the ack path, each written by one thread only (see _ack_busy)
@@ -491,14 +505,26 @@ class Inbox:
     def _decide_loop(self) -> None:
         failures = 0
         while True:
+            now = time.monotonic()
+            if (
+                self._unsynced
+                and now >= self._sync_retry_at
+                and (not self._todo or now - self._unsynced_since >= SYNC_S)
+            ):
+                self._sync_decided()
             with self._cv:
-                while not self._todo and not self._stopping:
+                while not self._todo and not self._stopping and not self._unsynced:
                     self._cv.wait(0.5)
                 if not self._todo and self._stopping:
+                    self._sync_decided()
                     return
-                # Each batch is a ledger commit, an fsync beside the inbox's: while the
-                # ack path is active, let a few more arrive first (at most GATHER_S).
-                due = self._todo[0].acked + GATHER_S
+                if not self._todo:  # only rows to sync (the last try failed): soon again
+                    self._cv.wait(max(0.01, self._sync_retry_at - time.monotonic()))
+                    continue
+                # Each durable batch is a ledger commit, an fsync beside the inbox's:
+                # while the ack path is active, let a few more arrive first (at most
+                # GATHER_S). Relaxed commits wait for no disk: nothing to share.
+                due = self._todo[0].acked + (GATHER_S if self.sync is None else 0.0)
                 while (
                     len(self._todo) < BATCH
                     and not self._stopping
@@ -523,14 +549,47 @@ class Inbox:
                     self._cv.notify_all()
             if ok:
                 failures = 0
-                with self._deletes_lock:
-                    self._deletes.extend(item.rowid for item in batch)
-                self._q.put(_FLUSH)
+                if self.sync is not None:  # deleted once the ledger's log is synced
+                    if not self._unsynced:
+                        self._unsynced_since = time.monotonic()
+                    self._unsynced.extend(item.rowid for item in batch)
+                else:
+                    with self._deletes_lock:
+                        self._deletes.extend(item.rowid for item in batch)
+                    self._q.put(_FLUSH)
             elif self._stopping:
+                self._sync_decided()
                 return  # the rows stay in the inbox: the next start records them
             else:
                 failures += 1
                 self._halt.wait(0.05 * 2 ** min(failures, 5))  # at most 1.6 s apart
+
+    def _sync_decided(self) -> None:
+        """Sync the ledger's log, then hand the rows its relaxed commits decided to the
+        writer for deletion; if it cannot be synced, they stay (decided again after a
+        crash: duplicates, recorded once)."""
+        if not self._unsynced or self.sync is None:
+            return
+        try:
+            self.sync()
+        except OSError as exc:
+            self._sync_failures += 1
+            if self._sync_failures == 1:
+                log.warning(
+                    "the ledger's log cannot be synced (%s): the rows it decided stay in "
+                    "the inbox until it can",
+                    exc,
+                )
+            wait = min(1.6, 0.05 * 2 ** min(self._sync_failures, 5))
+            self._sync_retry_at = time.monotonic() + wait
+            return
+        if self._sync_failures:
+            log.info("the ledger's log is synced again (%d failed tries)", self._sync_failures)
+            self._sync_failures = 0
+        with self._deletes_lock:
+            self._deletes.extend(self._unsynced)
+        self._unsynced = []
+        self._q.put(_FLUSH)
 
     def _yield(self) -> None:
         """Acks first: wait while the ack path has work for the processor, unless the
@@ -576,7 +635,10 @@ class Inbox:
             found.extend(events if events else [None])
             inputs.extend(self.ledger.clean(i) for i in made)
         try:
-            outs = self.ledger.decide_many(inputs, cleaned=True) if inputs else []
+            relaxed = polite and self.sync is not None  # durable at start (recovery)
+            outs = (
+                self.ledger.decide_many(inputs, cleaned=True, durable=not relaxed) if inputs else []
+            )
         except Exception as exc:
             log.error(
                 "%d acknowledged delivery(ies) not decided yet, kept in the inbox: %s: %s",

@@ -145,11 +145,15 @@ class Ledger:
         now: datetime | None = None,
         cleaned: bool = False,
         points: Callable[[str], None] | None = None,
+        durable: bool = True,
     ) -> list[Outcome]:
         """Several decisions in one transaction (group commit): all commit, or none.
 
         ``cleaned``: the caller passed every input through :meth:`clean` already (the
         ingest queue does, for a big delivery, outside its writer thread).
+
+        ``durable=False``: the commit need not wait for the disk (the store's
+        ``write(durable=False)``), for a caller that keeps its own copy until it syncs.
 
         ``points``: called with the name of each point of the commit protocol this
         transaction passes (``before_insert`` once the write transaction is open,
@@ -164,7 +168,7 @@ class Ledger:
         rules = self.rules()
         when = now or self.clock()
         try:
-            with self.store.write() as tx:
+            with self.store.write(durable=durable) as tx:
                 if points is not None:
                     points(crash.BEFORE_INSERT)
                 first = [core.needs(inp, rules) for inp in inputs]

@@ -121,7 +121,10 @@ class Tx(Protocol):
 class Store(Protocol):
     url: str
 
-    def write(self) -> contextlib.AbstractContextManager[Tx]: ...
+    def write(self, *, durable: bool = True) -> contextlib.AbstractContextManager[Tx]:
+        """A write transaction; ``durable=False``: its commit may wait for a later sync
+        (SQLite: :meth:`~ghapp.store.sqlite.SqliteStore.sync_log`; PostgreSQL ignores it)."""
+        ...
 
     def read(self) -> contextlib.AbstractContextManager[Tx]: ...
 

@@ -91,7 +91,8 @@ class PostgresStore:
         self._lock = threading.RLock()
 
     @contextlib.contextmanager
-    def write(self) -> Iterator[SqlTx]:
+    def write(self, *, durable: bool = True) -> Iterator[SqlTx]:
+        # every commit here is durable (``durable`` is for SQLite's webhook inbox)
         with self._lock, self._conn.transaction():
             cur = self._conn.cursor()
             cur.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_ID,))

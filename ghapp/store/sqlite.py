@@ -19,6 +19,7 @@ the default stays ``FULL``.
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 import threading
 import time
@@ -178,10 +179,18 @@ class SqliteStore:
                 time.sleep(0.05)
 
     @contextlib.contextmanager
-    def write(self) -> Iterator[SqlTx]:
+    def write(self, *, durable: bool = True) -> Iterator[SqlTx]:
+        """A write transaction. ``durable=False`` commits without waiting for the disk
+        (``synchronous=NORMAL`` for this one commit): it becomes durable with the next
+        durable commit of this file or :meth:`sync_log`, whichever comes first (the log
+        is written in order). The webhook inbox decides this way, and deletes its rows
+        only after :meth:`sync_log`."""
         with self._lock:
             depth = getattr(self._writing, "depth", 0)
             self._writing.depth = depth + 1
+            relaxed = not durable and self.durable
+            if relaxed:
+                self._conn.execute("PRAGMA synchronous=NORMAL")
             cur = self._conn.cursor()
             try:
                 try:
@@ -201,7 +210,23 @@ class SqliteStore:
                     self.commits += 1
             finally:
                 cur.close()
+                if relaxed:
+                    self._conn.execute("PRAGMA synchronous=FULL")
                 self._writing.depth = depth
+
+    def sync_log(self) -> None:
+        """Make every commit so far durable, those made with ``durable=False`` too: the
+        write-ahead log is flushed to the disk. Raises ``OSError`` when it cannot be."""
+        if not self.durable:
+            return
+        try:
+            fd = os.open(f"{self.path}-wal", os.O_RDONLY)
+        except FileNotFoundError:
+            return  # checkpointed into the database file (synced then) and removed
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     @contextlib.contextmanager
     def read(self) -> Iterator[SqlTx]:

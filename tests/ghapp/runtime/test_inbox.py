@@ -274,3 +274,42 @@ def test_once_the_stream_pauses_the_log_of_the_inbox_holds_no_body(
         assert log_file.stat().st_size == 0  # emptied, not only overwritten
     finally:
         inbox.stop()
+
+
+def test_with_a_sync_rows_are_deleted_only_once_the_ledgers_log_is_synced(
+    world: Ledgered,
+) -> None:
+    calls: list[bool] = []
+    failing = [True]
+
+    def sync() -> None:
+        calls.append(failing[0])
+        if failing[0]:
+            raise OSError("the disk is gone for a moment")
+
+    relaxed: list[bool] = []
+    decide_many = world.ledger.decide_many
+
+    def recording(inputs: list[object], **kw: object) -> object:
+        relaxed.append(kw.get("durable") is False)
+        return decide_many(inputs, **kw)  # type: ignore[arg-type]
+
+    world.ledger.decide_many = recording  # type: ignore[method-assign]
+    inbox = world.inbox(sync=sync)
+    inbox.start()
+    try:
+        assert submit_all(inbox, [delivery(1), delivery(2)]) == [False, False]
+        deadline = time.monotonic() + 10
+        while len(world.events()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert sorted(world.events()) == ["d-1", "d-2"]  # decided, by relaxed commits
+        assert relaxed and all(relaxed)
+        while not calls and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert calls  # a sync was tried, and failed: the rows stay
+        assert sorted(d for d, _ in inbox.rows()) == ["d-1", "d-2"]
+        failing[0] = False
+        assert inbox.settle(10)  # synced, then deleted
+        assert list(inbox.rows()) == [] and calls[-1] is False
+    finally:
+        inbox.stop()
