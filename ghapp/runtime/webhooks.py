@@ -71,7 +71,7 @@ def _decode_rest(raw: str | bytes, *, form: bool) -> Any:
     the standard library (as infinity); anything else is not JSON."""
     try:
         return json.loads(raw, parse_constant=_no_constant)
-    except ValueError:  # UnicodeDecodeError included
+    except (ValueError, RecursionError):  # UnicodeDecodeError included; nested too deep
         what = "the payload field" if form else "body"
         raise BadBody(f"{what} is not JSON: send application/json payloads") from None
 
@@ -87,7 +87,7 @@ def check_json_object(body: bytes) -> None:
         if not body.isascii():
             body.decode("utf-8")  # the shallow pass does not look inside skipped strings
         _SHALLOW.decode(body)
-    except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError):
+    except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         # Refused: the full decode has the last word (it takes a few things the shallow
         # pass does not, such as an escaped lone surrogate), and its reason is the one
         # given (the shallow pass stops at a top-level number before reading the rest).

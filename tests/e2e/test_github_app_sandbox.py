@@ -437,6 +437,7 @@ def test_open_labelled_prs_unseen_since_start_are_reconciled_once(tmp_path: Path
             "maintainer", "loud", "Loud", {"l.txt": "l"}, labels=["deliver-review"]
         )
         r.gh.world.settle()
+        r.live.settle()  # the loud PR's webhook, acknowledged, is decided too
         head = r.gh.sandbox.state.repos[r.repo].branches["quiet"]
 
         assert sweeper.sweep().reconciled == [f"reconcile:{r.repo}#{quiet}@{head}"]

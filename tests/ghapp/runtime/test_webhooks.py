@@ -74,6 +74,10 @@ def agree(body: bytes) -> None:
         b'{"a" 1}',
         b'{"\\u0000": 1}',
         b'{"a": 1, "a": 2}',
+        # nested deep: the shallow pass gives up near 1,000 levels, orjson at 1,024,
+        # the standard library's parser at the interpreter's recursion limit
+        *(b'{"a": ' + b"[" * n + b"]" * n + b"}" for n in (900, 1000, 1023, 1024, 5000)),
+        *(b'{"a": ' + b'{"b": ' * n + b"1" + b"}" * n + b"}" for n in (1000, 1024, 5000)),
     ],
 )
 def test_the_check_and_the_decode_agree_on_edge_cases(body: bytes) -> None:
