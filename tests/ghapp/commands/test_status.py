@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from ghapp.commands import status
+from ghapp.commands.cli import card_data
 from ghapp.commands.home import init_home, read_rules
 from ghapp.commands.show import Out
 from ghapp.runtime.budget import day_bounds, usage_between
@@ -87,23 +88,7 @@ def reference_status(store: Store, rules: Rules | None, now: datetime) -> dict[s
             }
             for t in turns
         ],
-        "cards": [
-            {
-                "id": c.id,
-                "key": c.key,
-                "matter": c.matter,
-                "kind": c.kind_,
-                "state": c.state,
-                "title": c.title,
-                "text": c.text,
-                "options": list(c.options),
-                "choice": c.choice,
-                "version": c.version,
-                "turn": c.turn,
-                "answered_by": c.answered_by,
-            }
-            for c in cards
-        ],
+        "cards": [card_data(c) for c in cards],
         "events": [
             {
                 "seq": e.seq,

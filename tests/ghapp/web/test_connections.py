@@ -95,15 +95,7 @@ def test_the_deadline_never_cuts_a_request_whose_headers_are_in(
     http = {"header_timeout_s": 0.3, "http": stack[0], "loop": stack[1]}
     with live_server(tmp_path / "h", RULES, env=ENV, start_worker=False, http=http) as live:
         host, port = address(live.url)
-        head = (
-            "POST /github/webhook HTTP/1.1\r\n"
-            f"Host: {host}\r\n"
-            "Content-Type: application/json\r\n"
-            "X-GitHub-Event: issues\r\n"
-            f"X-GitHub-Delivery: {uuid.uuid4()}\r\n"
-            f"X-Hub-Signature-256: {sign(SECRET.encode(), BODY)}\r\n"
-            f"Content-Length: {len(BODY)}\r\n\r\n"
-        ).encode()
+        head = webhook_head(host)
         with socket.create_connection((host, port)) as sock:
             sock.sendall(head + BODY[:50])
             time.sleep(0.8)  # well past the deadline: the body is the app's to wait for
@@ -123,21 +115,26 @@ def test_after_a_response_the_next_headers_have_the_whole_deadline_again(
         host, port = address(live.url)
         with socket.create_connection((host, port)) as sock:
             time.sleep(0.4)  # most of the first deadline gone
-            head = (
-                "POST /github/webhook HTTP/1.1\r\n"
-                f"Host: {host}\r\n"
-                "Content-Type: application/json\r\n"
-                "X-GitHub-Event: issues\r\n"
-                f"X-GitHub-Delivery: {uuid.uuid4()}\r\n"
-                f"X-Hub-Signature-256: {sign(SECRET.encode(), BODY)}\r\n"
-                f"Content-Length: {len(BODY)}\r\n\r\n"
-            ).encode()
+            head = webhook_head(host)
             sock.sendall(head + BODY)
             assert read_response(sock).startswith(b"HTTP/1.1 200 ")
             answered = time.monotonic()
             assert not closed_by_server(sock, 0.3)  # open past the first timer (0.6 s)
             assert closed_by_server(sock, 3)  # then closed, 0.6 s after the answer
             assert time.monotonic() - answered < 3
+
+
+def webhook_head(host: str) -> bytes:
+    """The head of a signed ``issues`` delivery of ``BODY`` (a new delivery id each)."""
+    return (
+        "POST /github/webhook HTTP/1.1\r\n"
+        f"Host: {host}\r\n"
+        "Content-Type: application/json\r\n"
+        "X-GitHub-Event: issues\r\n"
+        f"X-GitHub-Delivery: {uuid.uuid4()}\r\n"
+        f"X-Hub-Signature-256: {sign(SECRET.encode(), BODY)}\r\n"
+        f"Content-Length: {len(BODY)}\r\n\r\n"
+    ).encode()
 
 
 def read_response(sock: socket.socket) -> bytes:
