@@ -3,7 +3,7 @@
 Whether an event's key is stored is in :attr:`kernel.records.State.seen_keys`: the shell
 loads it (``Needs.event_keys``), and each event recorded adds its own, so the same
 event twice in one group of decisions is a duplicate the second time. An ingest may
-carry a second key, its ``content_key`` (a webhook's event name and body, hashed): an
+carry a second key, its ``content_key`` (a webhook's event name and signed body, hashed): an
 event whose content key is stored is a duplicate too, whatever its id, so that a
 captured signed body sent again under new delivery ids is recorded once.
 """

@@ -53,7 +53,7 @@ class Ingest:
     event: Event
     ignore: str = ""  # non-empty: record it, but dispatch it nowhere, for this reason
     # A second key the event is recorded once under, besides (source, id): what it was
-    # made of (a webhook's event name and body, hashed), so that the same signed body
+    # made of (a webhook's event name and signed body, hashed), so that the same signed body
     # sent again under a new delivery id is a duplicate. "" for none.
     content_key: str = ""
 

@@ -35,6 +35,7 @@ __all__ = [
     "parse_rate_limit",
     "parse_webhook_headers",
     "sign",
+    "signature_of",
     "verify_signature",
 ]
 
@@ -65,27 +66,34 @@ def sign(secret: bytes, body: bytes) -> str:
 
 
 def verify_signature(secret: bytes, body: bytes, header: str | None) -> bool:
-    """True only if ``header`` is a well-formed signature of ``body`` under ``secret``.
+    """True only if ``header`` is a well-formed signature of ``body`` under ``secret``
+    (see :func:`signature_of`)."""
+    return signature_of(secret, body, header) is not None
 
-    A missing, empty or malformed header is simply ``False``; the comparison of the
+
+def signature_of(secret: bytes, body: bytes, header: str | None) -> bytes | None:
+    """The 32 bytes of ``header`` when it is a well-formed signature of ``body`` under
+    ``secret`` (its HMAC-SHA256), else None.
+
+    A missing, empty or malformed header is simply None; the comparison of the
     digests is constant-time. An empty secret never verifies anything (it would let
     anyone sign).
     """
     if not secret or not header:
-        return False
+        return None
     value = header.strip()
     if not value.lower().startswith(_PREFIX):
-        return False
+        return None
     digest = value[len(_PREFIX) :]
     if len(digest) != _HEX_LEN or not digest.isascii():
-        return False
+        return None
     try:
         given = bytes.fromhex(digest)  # either case; spaces inside make it 63 bytes or less
     except ValueError:
-        return False
+        return None
     if len(given) != _HEX_LEN // 2:
-        return False
-    return hmac.compare_digest(hmac.digest(secret, body, "sha256"), given)
+        return None
+    return given if hmac.compare_digest(hmac.digest(secret, body, "sha256"), given) else None
 
 
 def _get(headers: Mapping[str, str], name: str) -> str | None:

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import queue
 import sqlite3
@@ -68,7 +69,6 @@ from ghapp.runtime.ledger import Ledger, Outcome, WriteError
 from ghapp.runtime.webhooks import (
     BadBody,
     check_json_object,
-    content_digest,
     inputs_for,
     webhook_payload,
 )
@@ -91,22 +91,20 @@ GATHER_S = 0.01  # a delivery waits at most this long for others to share its le
 CHECKPOINT_S = 0.5
 SYNC_S = 0.05  # decided rows wait at most this long for the ledger's log to be synced
 
+# No index but the rowid's: rows are appended in id order and deleted by id, and which
+# deliveries and bodies the inbox holds is known in memory (the writer's, see _append).
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS inbox (
     id INTEGER PRIMARY KEY,
-    delivery TEXT NOT NULL UNIQUE,
+    delivery TEXT NOT NULL,
     digest TEXT NOT NULL,
     name TEXT NOT NULL,
     form INTEGER NOT NULL,
     body BLOB NOT NULL,
     at REAL NOT NULL  -- when it was acknowledged (epoch seconds)
 );
-CREATE INDEX IF NOT EXISTS inbox_by_digest ON inbox (digest);
 """
-_SEEN_INBOX = "SELECT 1 FROM inbox WHERE delivery = ? OR digest = ? LIMIT 1"
-_SEEN_EVENT = "SELECT 1 FROM facts WHERE fkey = ? OR (fkey >= ? AND fkey < ?) LIMIT 1"
-_SEEN_BODY = "SELECT 1 FROM fact_keys WHERE fkey >= ? AND fkey < ? LIMIT 1"
-_APPEND = "INSERT INTO inbox (delivery, digest, name, form, body, at) VALUES (?, ?, ?, ?, ?, ?)"
+CHUNK = 100  # rows per statement (7 parameters each: under SQLite's oldest limit of 999)
 
 
 # ------------------------------------------------------------------------------- inbox
@@ -197,6 +195,12 @@ class Inbox:
         self._stopping = False
         self._conn = self._connect(path)
         self._conn.executescript(SCHEMA)
+        _drop_old_indexes(self._conn)
+        # What the inbox holds, by row: its delivery id and content digest (the writer's;
+        # filled from the file at start). Duplicates are looked up here, not in the file.
+        self._held: dict[int, tuple[str, str]] = {}
+        self._held_ids: set[str] = set()
+        self._held_digests: set[str] = set()
         self._reader = self._connect(path)  # the translator's: bodies kept on disk only
         self._reader.execute("PRAGMA query_only=ON")
         self._seen = sqlite3.connect(
@@ -238,6 +242,8 @@ class Inbox:
             for r in rows
         ]
         self._waiting = len(rows)
+        for r in recovered:
+            self._hold(r)
         if recovered:
             log.info("deciding %d delivery(ies) acknowledged before a restart", len(recovered))
             for start in range(0, len(recovered), BATCH):
@@ -380,52 +386,85 @@ class Inbox:
             return
         done.wait(self.gather_s)
 
-    def _seen_before(self, cur: sqlite3.Cursor, item: Received) -> bool:
-        if cur.execute(_SEEN_INBOX, (item.delivery, item.digest)).fetchone():
-            return True
-        key = "event:github:" + item.delivery
-        seen = self._seen
-        if seen.execute(_SEEN_EVENT, (key, key + ":", key + ";")).fetchone():
-            return True
-        body = "content:github:" + item.digest
-        return seen.execute(_SEEN_BODY, (body, body + "\U0010ffff")).fetchone() is not None
+    def _hold(self, item: Received) -> None:
+        self._held[item.rowid] = (item.delivery, item.digest)
+        self._held_ids.add(item.delivery)
+        if item.digest:
+            self._held_digests.add(item.digest)
+
+    def _forget(self, rowids: list[int]) -> None:
+        """Rows deleted (committed): no longer in the inbox."""
+        for rowid in rowids:
+            held = self._held.pop(rowid, None)
+            if held is not None:
+                self._held_ids.discard(held[0])
+                self._held_digests.discard(held[1])
+
+    def _in_ledger(self, items: list[Received]) -> set[int]:
+        """The positions in ``items`` of deliveries the ledger recorded already (by
+        delivery id, or by content under another id): one query for a group, so that the
+        writer gives up the GIL once for it rather than twice a delivery."""
+        found: set[int] = set()
+        for start in range(0, len(items), CHUNK):
+            part = items[start : start + CHUNK]
+            params: list[object] = []
+            for i, item in enumerate(part, start):
+                key = "event:github:" + item.delivery
+                body = "content:github:" + item.digest
+                params += [i, key, key + ":", key + ";", body, body + "\U0010ffff"]
+            rows = self._seen.execute(_seen_sql(len(part)), params).fetchall()
+            found.update(row[0] for row in rows)
+        return found
 
     def _append(self, batch: list[_Ack]) -> None:
         with self._deletes_lock:
             deletes, self._deletes = self._deletes, []
-        cur = self._conn.cursor()
-        fresh: list[Received] = []
         dup: list[bool | None] = []  # per request: a duplicate; None: refused (answered)
+        for ack in batch:
+            item = ack.item
+            if item.payload is None and not item.checked:
+                try:  # checked here, beside the group's other work, not in the loop
+                    if item.form:
+                        item.payload = webhook_payload(item.body, form=True)
+                    else:  # the translator decodes it: nothing built twice
+                        check_json_object(item.body)
+                    item.checked = True
+                except BadBody as exc:
+                    ack.loop.call_soon_threadsafe(_set_exc, ack.future, exc)
+                    dup.append(None)
+                    continue
+            dup.append(item.delivery in self._held_ids or item.digest in self._held_digests)
+        fresh: list[Received] = []
+        cur = self._conn.cursor()
         now = time.time()
         try:
+            asked = [i for i, d in enumerate(dup) if d is False]
+            recorded = self._in_ledger([batch[i].item for i in asked])
+            ids: set[str] = set()
+            digests: set[str] = set()
+            for n, i in enumerate(asked):
+                item = batch[i].item
+                if n in recorded or item.delivery in ids or item.digest in digests:
+                    dup[i] = True  # (twice in this group: the first one is appended)
+                    continue
+                ids.add(item.delivery)
+                digests.add(item.digest)
+                fresh.append(item)
             cur.execute("BEGIN IMMEDIATE")
             try:
                 crash.reach(crash.BEFORE_INSERT)
-                for ack in batch:
-                    item = ack.item
-                    if item.payload is None and not item.checked:
-                        try:  # checked here, beside the group's other work, not in the loop
-                            if item.form:
-                                item.payload = webhook_payload(item.body, form=True)
-                            else:  # the translator decodes it: nothing built twice
-                                check_json_object(item.body)
-                            item.checked = True
-                        except BadBody as exc:
-                            ack.loop.call_soon_threadsafe(_set_exc, ack.future, exc)
-                            dup.append(None)
-                            continue
-                    if not item.digest:
-                        item.digest = content_digest(item.name, item.body)
-                    if self._seen_before(cur, item):
-                        dup.append(True)
-                        continue
-                    cur.execute(
-                        _APPEND,
-                        (item.delivery, item.digest, item.name, int(item.form), item.body, now),
-                    )
-                    item.rowid = int(cur.lastrowid or 0)
-                    fresh.append(item)
-                    dup.append(False)
+                for start in range(0, len(fresh), CHUNK):
+                    part = fresh[start : start + CHUNK]
+                    params: list[object] = []
+                    for item in part:
+                        params += [item.delivery, item.digest, item.name, int(item.form)]
+                        params += [item.body, now]
+                    cur.execute(_append_sql(len(part)), params)
+                    # One statement, rows in order: the ids that follow the largest one
+                    # (SQLite's rowid choice; the write lock is held, no one else inserts).
+                    last = int(cur.lastrowid or 0)
+                    for j, item in enumerate(part, last - len(part) + 1):
+                        item.rowid = j
                 if deletes:
                     _delete(cur, deletes)
                 crash.reach(crash.AFTER_INSERT_BEFORE_COMMIT)
@@ -438,11 +477,15 @@ class Inbox:
             self.write_error = WriteError(message=f"{type(exc).__name__}: {exc}", at=time.time())
             with self._deletes_lock:
                 self._deletes[:0] = deletes
-            for ack in batch:
-                ack.loop.call_soon_threadsafe(_set_exc, ack.future, exc)
+            for ack, d in zip(batch, dup, strict=True):
+                if d is not None:
+                    ack.loop.call_soon_threadsafe(_set_exc, ack.future, exc)
             return
         finally:
             cur.close()
+        self._forget(deletes)
+        for item in fresh:
+            self._hold(item)
         self._commits += 1
         crash.reach(crash.AFTER_COMMIT_BEFORE_ACK)
         if fresh:
@@ -489,6 +532,7 @@ class Inbox:
             cur.execute("COMMIT")
             self._commits += 1
             self._waiting -= len(rowids)
+            self._forget(rowids)
         except sqlite3.Error as exc:
             if self._conn.in_transaction:
                 cur.execute("ROLLBACK")
@@ -717,6 +761,37 @@ def _give_back_memory() -> None:
             _malloc_trim = ctypes.CDLL(None).malloc_trim  # the process's own C library
     if callable(_malloc_trim):
         _malloc_trim(0)
+
+
+@functools.cache
+def _seen_sql(n: int) -> str:
+    """Which of ``n`` deliveries the ledger holds: by delivery id (its events' keys are
+    the id, or the id then ``:``) or by content (the digest, then the event's suffix)."""
+    rows = ",".join(["(?, ?, ?, ?, ?, ?)"] * n)
+    return (
+        f"WITH v(i, k, lo, hi, blo, bhi) AS (VALUES {rows}) SELECT i FROM v WHERE "  # noqa: S608  # placeholders only
+        "EXISTS (SELECT 1 FROM facts WHERE fkey = v.k) "
+        "OR EXISTS (SELECT 1 FROM facts WHERE fkey >= v.lo AND fkey < v.hi) "
+        "OR EXISTS (SELECT 1 FROM fact_keys WHERE fkey >= v.blo AND fkey < v.bhi)"
+    )
+
+
+@functools.cache
+def _append_sql(n: int) -> str:
+    rows = ",".join(["(?, ?, ?, ?, ?, ?)"] * n)
+    return f"INSERT INTO inbox (delivery, digest, name, form, body, at) VALUES {rows}"  # noqa: S608  # placeholders only
+
+
+def _drop_old_indexes(conn: sqlite3.Connection) -> None:
+    """An inbox made by an earlier version has an index on the digest and a unique one
+    on the delivery id, which every append paid for: the first is dropped; a table with
+    the second is made again once it is empty (at start, when nothing waits in it)."""
+    with contextlib.suppress(sqlite3.Error):
+        conn.execute("DROP INDEX IF EXISTS inbox_by_digest")
+        row = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'inbox'").fetchone()
+        if row and "UNIQUE" in row[0] and not conn.execute("SELECT 1 FROM inbox").fetchone():
+            conn.execute("DROP TABLE inbox")
+            conn.executescript(SCHEMA)
 
 
 def _delete(cur: sqlite3.Cursor, rowids: list[int]) -> None:

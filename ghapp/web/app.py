@@ -3,9 +3,9 @@
 - ``POST /github/webhook``: one log line each (:mod:`ghapp.web.access`); verify
   ``X-Hub-Signature-256`` (401, nothing stored), refuse bodies over GitHub's 25 MB cap
   (413), read JSON or form-encoded (``payload=...``) bodies, route on
-  ``X-GitHub-Event``, dedupe on ``X-GitHub-Delivery`` and on the event name and body
-  hashed (a signed body replayed under new delivery ids is recorded once, and answered
-  200 as a duplicate), commit to the ledger, and only then answer 2xx.
+  ``X-GitHub-Event``, dedupe on ``X-GitHub-Delivery`` and on the event name and the
+  body's signature hashed (a signed body replayed under new delivery ids is recorded
+  once, and answered 200 as a duplicate), commit to the ledger, and only then answer 2xx.
 - ``POST /v1/in/{source}``: generic sources signed with HMAC-SHA256 over the raw body;
   bodies up to 1 MiB, details nested at most 64 levels (:mod:`ghapp.runtime.details`).
 - ``GET/POST /cards/{token}``: the page a signed card link opens, and its answer.
@@ -40,7 +40,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from ghapp.github.sansio import verify_signature
+from ghapp.github.sansio import signature_of
 from ghapp.runtime import crash
 from ghapp.runtime.details import MAX_BYTES as MAX_DETAILS_BYTES
 from ghapp.runtime.details import problem
@@ -96,17 +96,12 @@ def _after_ack() -> BackgroundTask | None:
     return BackgroundTask(crash.reach, crash.AFTER_ACK) if crash.armed() else None
 
 
-def _checked(item: Received) -> str:
-    """A big body decoded (:class:`BadBody` if it is not a JSON object) and hashed."""
-    webhook_payload(item.body, form=item.form)
-    return content_digest(item.name, item.body)
-
-
 def webhook_inputs(
     name: str,
     delivery: str,
     body: bytes,
     *,
+    signature: bytes,
     form: bool = False,
     app_slug: str | None = None,
     app_id: int | None = None,
@@ -118,7 +113,7 @@ def webhook_inputs(
     is known (a redelivery of it is a duplicate, the sweeper does not ask for it again).
     """
     payload = webhook_payload(body, form=form)
-    digest = content_digest(name, body)
+    digest = content_digest(name, signature)
     return inputs_for(name, delivery, payload, digest, app_slug=app_slug, app_id=app_id)
 
 
@@ -207,13 +202,13 @@ def create_app(server: Server) -> Starlette:
             m.inc("webhook_refused_total")
             return body
         big = len(body) > ASIDE_BYTES  # hashed, parsed and redacted off the loop and writer
-        signature = request.headers.get("x-hub-signature-256")
+        header = request.headers.get("x-hub-signature-256")
         secret = server.webhook_secret
         if big:
-            valid = await asyncio.to_thread(verify_signature, secret, body, signature)
+            signature = await asyncio.to_thread(signature_of, secret, body, header)
         else:
-            valid = verify_signature(secret, body, signature)
-        if not valid:
+            signature = signature_of(secret, body, header)
+        if signature is None:
             m.inc("webhook_bad_signature_total")
             return _error(401, "bad or missing X-Hub-Signature-256: check the webhook secret")
         name = request.headers.get("x-github-event", "")
@@ -225,14 +220,21 @@ def create_app(server: Server) -> Starlette:
         form = _media_type(request) == FORM
         inbox = server.inbox
         if inbox is not None:
-            item = Received(name=name, delivery=delivery, body=body, form=form, digest="")
+            digest = content_digest(name, signature)
+            item = Received(name=name, delivery=delivery, body=body, form=form, digest=digest)
             return await acknowledge(inbox, item, big=big, started=started)
         found: list[Event] = []
 
         def prepare() -> list[k.Input]:
             # runs in the ingest writer, beside the rest of its group's work (or aside)
             events, inputs = webhook_inputs(
-                name, delivery, body, form=form, app_slug=server.app_slug, app_id=server.app_id
+                name,
+                delivery,
+                body,
+                signature=signature,
+                form=form,
+                app_slug=server.app_slug,
+                app_id=server.app_id,
             )
             found.extend(events)
             return inputs
@@ -273,10 +275,10 @@ def create_app(server: Server) -> Starlette:
         m = server.metrics
         name, delivery = item.name, item.delivery
         try:
-            if big:  # decoded and hashed off the event loop and the writer
-                item.digest = await asyncio.to_thread(_checked, item)
+            if big:  # checked off the event loop and the writer
+                await asyncio.to_thread(webhook_payload, item.body, form=item.form)
                 item.checked = True
-            dup = await inbox.submit(item)  # small bodies: decoded and hashed by the writer
+            dup = await inbox.submit(item)  # small bodies: checked by the writer
         except BadBody as exc:
             return _error(400, str(exc))
         except Exception as exc:  # the inbox cannot append (e.g. a full disk)

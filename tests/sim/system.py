@@ -75,7 +75,7 @@ from ghapp.github.client import API_VERSION, GitHubClient
 from ghapp.github.deliveries import Deliveries
 from ghapp.github.errors import GitHubError
 from ghapp.github.executor import GitHubExecutor
-from ghapp.github.sansio import verify_signature
+from ghapp.github.sansio import signature_of
 from ghapp.github.sweeper import Sweeper
 from ghapp.runtime.hub import Hub
 from ghapp.runtime.webhooks import BadBody
@@ -460,13 +460,19 @@ class Node:
 
     def receive(self, headers: dict[str, str], body: bytes) -> int:
         sim = self.sim
-        if not verify_signature(self.secret, body, headers.get("X-Hub-Signature-256")):
+        signature = signature_of(self.secret, body, headers.get("X-Hub-Signature-256"))
+        if signature is None:
             return 401
         name = headers["X-GitHub-Event"]
         delivery = headers["X-GitHub-Delivery"]
         try:
             events, inputs = webhook_inputs(
-                name, delivery, body, app_slug=sim.sandbox.app.slug, app_id=sim.sandbox.app.id
+                name,
+                delivery,
+                body,
+                signature=signature,
+                app_slug=sim.sandbox.app.slug,
+                app_id=sim.sandbox.app.id,
             )
         except BadBody:
             return 400
@@ -520,6 +526,9 @@ class SystemSim:
         finally:
             sandbox_module._INSTANCES = counter
         sb = self.sandbox
+        # The webhook secret of the seed too: a delivery's content key is made from its
+        # signature (ghapp.runtime.webhooks.content_digest), so it goes into the facts.
+        sb.app.webhook_secret = f"sim-webhook-secret-{seed}"
         self.scheduler = SimScheduler(self.clock)
         sb.scheduler = self.scheduler  # type: ignore[assignment]
         self.hooks = SimHooks(sb.hooks, self.clock, random.Random(seed * 7919 + 1))

@@ -7,6 +7,7 @@ redactor, so that what reaches it is checked as stored.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import sqlite3
 import time
@@ -41,7 +42,7 @@ def delivery(n: int, *, body: bytes | None = None, name: str = "issues") -> Rece
         delivery=f"d-{n}",
         body=body,
         form=False,
-        digest=content_digest(name, body),
+        digest=content_digest(name, hmac.digest(b"inbox-test-secret", body, "sha256")),
         payload=webhook_payload(body, form=False),
     )
 
@@ -136,6 +137,67 @@ def test_a_redelivery_or_a_replayed_body_is_a_duplicate_before_and_after_it_is_d
         assert inbox.stats.duplicates == 4
     finally:
         inbox.stop()
+
+
+def test_a_replay_in_a_later_group_is_a_duplicate_while_the_first_waits_in_the_inbox(
+    world: Ledgered,
+) -> None:
+    inbox = world.inbox()
+    inbox.start()
+    try:
+        inbox.request_in()  # a webhook in flight: the translator leaves the rows waiting
+        first = delivery(1)
+        replay = Received(
+            name="issues", delivery="d-other", body=first.body, form=False, digest=first.digest
+        )
+        assert submit_all(inbox, [first]) == [False]
+        assert submit_all(inbox, [delivery(1)]) == [True]  # its id, a group later
+        assert submit_all(inbox, [replay]) == [True]  # its body under a new id
+        assert submit_all(inbox, [delivery(2)]) == [False]
+        assert inbox.waiting() == 2  # nothing decided yet: the rows were the answer
+        inbox.request_out()
+        assert inbox.settle(10)
+        assert sorted(world.events()) == ["d-1", "d-2"]
+    finally:
+        inbox.stop()
+
+
+OLD_SCHEMA = """
+CREATE TABLE inbox (
+    id INTEGER PRIMARY KEY, delivery TEXT NOT NULL UNIQUE, digest TEXT NOT NULL,
+    name TEXT NOT NULL, form INTEGER NOT NULL, body BLOB NOT NULL, at REAL NOT NULL
+);
+CREATE INDEX inbox_by_digest ON inbox (digest);
+"""
+
+
+def _indexes(path: Path) -> list[str]:
+    with sqlite3.connect(path) as conn:
+        rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'").fetchall()
+    return sorted(r[0] for r in rows)
+
+
+def test_an_inbox_of_an_earlier_version_loses_its_indexes_once_empty(world: Ledgered) -> None:
+    path = inbox_path(world.file)
+    with sqlite3.connect(path) as conn:
+        conn.executescript(OLD_SCHEMA)
+        d = delivery(1)
+        conn.execute(
+            "INSERT INTO inbox (delivery, digest, name, form, body, at) VALUES (?, ?, ?, 0, ?, 0)",
+            (d.delivery, d.digest, d.name, d.body),
+        )
+    assert _indexes(path) == ["inbox_by_digest", "sqlite_autoindex_inbox_1"]
+    inbox = world.inbox()  # a row waits: the table stays as it is, its digest index goes
+    assert _indexes(path) == ["sqlite_autoindex_inbox_1"]
+    assert inbox.start() == 1
+    try:
+        assert submit_all(inbox, [delivery(1), delivery(2)]) == [True, False]
+        assert inbox.settle(10)
+    finally:
+        inbox.stop()
+    assert sorted(world.events()) == ["d-1", "d-2"]
+    world.inbox().stop()  # empty now: made again without the unique index
+    assert _indexes(path) == []
 
 
 def test_what_a_killed_process_left_in_the_inbox_is_decided_on_start(world: Ledgered) -> None:
