@@ -87,6 +87,7 @@ BATCH = 64  # deliveries decided in one ledger transaction while the ack path is
 BATCH_BUSY = 8  # ... and while it has work: the GIL is held for less at a time
 DEFER_MAX_S = 10.0  # the translator yields to the ack path until a delivery waited this long
 QUIET_S = 0.002  # ... and while the last webhook was answered less than this long ago
+YIELD_MAX_S = 0.016  # the longest it waits between two looks while the ack path is busy
 GATHER_S = 0.01  # a delivery waits at most this long for others to share its ledger commit
 CHECKPOINT_S = 0.5
 SYNC_S = 0.05  # decided rows wait at most this long for the ledger's log to be synced
@@ -639,9 +640,13 @@ class Inbox:
         """Acks first: wait while the ack path has work for the processor, unless the
         backlog is overdue (or the inbox is stopping). Woken when the last request in
         flight is answered or a commit starts waiting for the disk."""
+        wait = QUIET_S
         while self._ack_busy() and not self._overdue() and not self._stopping:
             with self._cv:
-                self._cv.wait(QUIET_S)
+                self._cv.wait(wait)
+            # Each look costs the ack path a GIL hand-off: a stream that stays busy is
+            # looked at less and less often (a pause is seen within YIELD_MAX_S).
+            wait = min(wait * 2, YIELD_MAX_S)
 
     def _bodies(self, batch: list[Received]) -> None:
         """Read back the bodies kept on disk only."""
