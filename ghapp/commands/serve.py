@@ -35,6 +35,7 @@ from ghapp.runtime.inbox import Inbox, inbox_path
 from ghapp.runtime.ingest import IngestQueue
 from ghapp.runtime.ledger import Outcome
 from ghapp.runtime.links import CardLinks
+from ghapp.runtime.logs import batch_lines
 from ghapp.runtime.settings import Settings, SettingsError
 from ghapp.runtime.worker import WorkerLoop
 from ghapp.store.base import StoreError
@@ -51,6 +52,7 @@ from kernel.errors import ConfigError
 from kernel.model import Event
 
 log = logging.getLogger("autoloop.serve")
+LOG_BATCH_S = 0.05  # INFO lines (one per webhook) wait at most this long to share a write
 SWITCH_INTERVAL_S = 0.0005
 
 
@@ -325,6 +327,7 @@ def main(argv: list[str]) -> int:
     try:
         ctx = Home.open(env=dict(env), home=settings.home)
         configure_logs(ctx)  # every log record redacted, until this function returns
+        batch_lines(LOG_BATCH_S)  # a line per webhook: written together (see the handler)
         running = build(
             ctx,
             settings,

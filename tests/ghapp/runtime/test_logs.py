@@ -5,13 +5,14 @@ from __future__ import annotations
 import io
 import json
 import logging
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from ghapp.runtime.logs import configure_logging, get_logger, reset_logging
+from ghapp.runtime.logs import batch_lines, configure_logging, get_logger, reset_logging
 from ghapp.runtime.redact import Redactor
 from tests import paths
 
@@ -150,3 +151,43 @@ def test_the_text_line_is_stamped_in_utc_to_the_millisecond() -> None:
     parsed = datetime.fromisoformat(stamp)
     assert parsed.utcoffset() == timedelta(0) and len(stamp) == len("2026-12-01T23:31:43.018+00:00")
     assert abs((datetime.now(UTC) - parsed).total_seconds()) < 60
+
+
+def test_batched_info_lines_are_written_together_and_a_warning_at_once_after_them() -> None:
+    out = io.StringIO()
+    configure_logging("INFO", REDACTOR, stream=out)
+    log = get_logger("ghapp.test")
+    log.info("at once")  # not batched until asked (every command but serve)
+    assert "at once" in out.getvalue()
+    batch_lines(60.0)  # longer than the test: only a warning, flush or close writes
+    log.info("first %s", ENV_SECRETS[0])
+    log.info("second")
+    assert "first" not in out.getvalue()
+    log.warning("third")
+    text = out.getvalue()
+    assert text.index("first") < text.index("second") < text.index("third")
+    assert leaks(text, ENV_SECRETS) == []
+    log.info("fourth")
+    assert "fourth" not in out.getvalue()
+    logging.getLogger().handlers[-1].flush()  # as logging.shutdown() does at exit
+    assert out.getvalue().endswith("ghapp.test: fourth\n")
+
+
+def test_batched_lines_are_written_within_their_delay() -> None:
+    out = io.StringIO()
+    configure_logging("INFO", REDACTOR, stream=out)
+    batch_lines(0.05)
+    get_logger("ghapp.test").info("soon")
+    deadline = time.monotonic() + 10
+    while "soon" not in out.getvalue() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert "soon" in out.getvalue()
+
+
+def test_reset_writes_the_batched_lines_before_the_handler_goes() -> None:
+    out = io.StringIO()
+    configure_logging("INFO", REDACTOR, stream=out)
+    batch_lines(60.0)
+    get_logger("ghapp.test").info("last words")
+    reset_logging()
+    assert "last words" in out.getvalue()
