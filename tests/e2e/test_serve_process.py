@@ -358,3 +358,43 @@ def test_a_missing_agent_is_tried_once_and_its_details_stay_off_the_issue(
     (card,) = data["cards"]
     assert card["title"] == "Agent 'demo' could not start"
     assert "no-such-agent-here" in card["text"]  # the details stay local
+
+
+def _lag_p99(url: str) -> float:
+    text = httpx.get(url + "/metrics").text
+    for line in text.splitlines():
+        if line.startswith('autoloop_inbox_lag_seconds{quantile="0.99"}'):
+            return float(line.split()[-1])
+    raise AssertionError(f"no inbox lag in /metrics:\n{text}")
+
+
+def test_a_steady_paced_stream_is_decided_within_milliseconds_not_after_the_deferral(
+    webhooks_only: Serve,
+) -> None:
+    # 200 webhooks a second, one at a time: the translator decides in the pauses between
+    # them (a version that only looked when a commit woke it found none, and every event
+    # waited the 10 s deferral)
+    server = webhooks_only
+    server.start()
+    if len(os.sched_getaffinity(0)) > 1:  # its threads on one core, as the bench runs it
+        os.sched_setaffinity(server.proc.pid, {min(os.sched_getaffinity(0))})
+    body = json.dumps({"zen": "Keep it logically awesome.", "hook_id": 1}).encode()
+    sig = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+    with httpx.Client(base_url=server.url) as client:
+        began = time.monotonic()
+        for n in range(400):
+            due = began + n * 0.005
+            time.sleep(max(0.0, due - time.monotonic()))
+            answer = client.post(
+                "/github/webhook",
+                content=body,
+                headers={
+                    "X-GitHub-Event": "ping",
+                    "X-GitHub-Delivery": f"d-paced-{n}",
+                    "X-Hub-Signature-256": sig,
+                    "Content-Type": "application/json",
+                },
+            )
+            assert answer.status_code == 200
+    wait_for("all decided", lambda: httpx.get(server.url + "/healthz").json()["waiting"] == 0)
+    assert _lag_p99(server.url) < 1.0

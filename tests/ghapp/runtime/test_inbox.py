@@ -284,6 +284,28 @@ def test_acks_first_deciding_waits_while_a_webhook_is_in_flight(world: Ledgered)
         inbox.stop()
 
 
+def test_a_paced_stream_is_decided_in_its_pauses_not_after_defer_max(world: Ledgered) -> None:
+    # 200 a second, each request answered at once: the pauses between them are quiet
+    # moments, and the translator must find them (a wait woken by each commit never did)
+    inbox = world.inbox()
+    inbox.start()
+
+    async def stream() -> None:
+        for n in range(1, 301):  # 1.5 s at least
+            inbox.request_in()
+            await inbox.submit(delivery(n))
+            inbox.request_out()
+            await asyncio.sleep(0.005)
+
+    try:
+        asyncio.run(stream())
+        assert inbox.settle(10)
+        assert len(inbox.stats.lag) == 300
+        assert max(inbox.stats.lag) < 0.5  # (DEFER_MAX_S is 10 s)
+    finally:
+        inbox.stop()
+
+
 def test_a_load_that_never_eases_is_decided_after_defer_max(
     world: Ledgered, monkeypatch: pytest.MonkeyPatch
 ) -> None:
