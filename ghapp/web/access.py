@@ -19,6 +19,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from ghapp.runtime.logs import info_line
+
 __all__ = ["WebhookLog"]
 
 log = logging.getLogger("autoloop.webhook")
@@ -52,7 +54,7 @@ class WebhookLog:
         if status == 401:
             with self._lock:
                 self._unwarned += 1
-        log.info("%s", f"{line}: {error}" if error else line, extra=fields)
+        info_line(log, f"{line}: {error}" if error else line, fields)
 
     def _warn_now(self) -> bool:
         now = self.clock()

@@ -12,7 +12,13 @@ from typing import Any
 
 import pytest
 
-from ghapp.runtime.logs import batch_lines, configure_logging, get_logger, reset_logging
+from ghapp.runtime.logs import (
+    batch_lines,
+    configure_logging,
+    get_logger,
+    info_line,
+    reset_logging,
+)
 from ghapp.runtime.redact import Redactor
 from tests import paths
 
@@ -191,3 +197,44 @@ def test_reset_writes_the_batched_lines_before_the_handler_goes() -> None:
     get_logger("ghapp.test").info("last words")
     reset_logging()
     assert "last words" in out.getvalue()
+
+
+def test_an_info_line_handed_straight_to_the_batching_handler_reads_as_a_logged_one() -> None:
+    out = io.StringIO()
+    configure_logging("INFO", REDACTOR, stream=out)
+    batch_lines(60.0)
+    log = get_logger("autoloop.webhook")
+    log.info("webhook issues delivery d-1: 200 in 1.0 ms %s", ENV_SECRETS[0])
+    info_line(log, f"webhook issues delivery d-2: 200 in 1.0 ms {ENV_SECRETS[0]}", {"status": 200})
+    reset_logging()
+    logged, direct = out.getvalue().splitlines()
+    assert leaks(out.getvalue(), ENV_SECRETS) == []
+    # the same shape: time to the millisecond, level, logger, the redacted message
+    assert logged[:11] == direct[:11] and len(logged.split(" ")[0]) == len(direct.split(" ")[0])
+    assert logged.split(" ", 1)[1].replace("d-1", "d-2") == direct.split(" ", 1)[1]
+
+
+def test_an_info_line_goes_through_logging_when_another_handler_listens() -> None:
+    out = io.StringIO()
+    configure_logging("INFO", REDACTOR, stream=out)
+    batch_lines(60.0)
+    seen: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record)
+
+    keep = Keep()
+    logging.getLogger().addHandler(keep)  # as pytest's caplog does
+    try:
+        info_line(get_logger("autoloop.webhook"), "webhook ping delivery d-3", {"status": 200})
+    finally:
+        logging.getLogger().removeHandler(keep)
+    assert [(r.getMessage(), r.status) for r in seen] == [("webhook ping delivery d-3", 200)]  # type: ignore[attr-defined]
+    get_logger("autoloop.webhook").setLevel(logging.WARNING)
+    try:
+        info_line(get_logger("autoloop.webhook"), "not at this level", {})
+    finally:
+        get_logger("autoloop.webhook").setLevel(logging.NOTSET)
+    reset_logging()
+    assert "d-3" in out.getvalue() and "not at this level" not in out.getvalue()
