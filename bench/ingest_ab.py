@@ -1,0 +1,146 @@
+"""A against B: ``autoloop serve`` from two source trees, for one change to the ack path.
+
+    git worktree add /tmp/before HEAD~1
+    python -m bench.ingest_ab /tmp/before . [--rounds 6] [--seconds 4] [--env-b K=V ...]
+
+Both servers run side by side, each a process pinned to the same core (the load
+generator on the others), started as ``bench.ingest`` starts ``ours`` but with
+``PYTHONPATH`` set to their own tree. Their rounds alternate (A B, then B A, and so on),
+16 connections in a closed loop, so that what else the machine does in a minute hits
+both alike; after each round the server decides what it acknowledged. Printed per side:
+the median deliveries/s, the median CPU time per delivery inside the window and with
+the deciding after it, and every round's rate. ``--env-a``/``--env-b`` set environment
+variables on one side only (e.g. ``AUTOLOOP_LOG_LEVEL=WARNING``), so one tree can be
+compared with itself under two settings.
+
+On a shared or virtual machine, rounds of the same code differ by 10% and more from
+minute to minute: a difference under that needs more rounds, and one run is one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.ingest import Deliveries, closed_loop, run_async, settle
+from bench.ingest_sides import Child, command_for, free_port, stop
+
+
+@dataclass
+class Side:
+    name: str
+    root: Path
+    env: dict[str, str]
+    rounds: list[tuple[float, float, float]] = field(default_factory=list)  # rate, cpu, all
+
+
+def spawn_from(side: Side, home: Path, cpu: int | None) -> Child:
+    port = free_port()
+    argv, env, _ = command_for("ours", port, home)
+    env = {**env, "PYTHONPATH": str(side.root), **side.env}
+    sink = home.with_name(f"{side.name}.log").open("ab")
+    proc = subprocess.Popen(argv, cwd=side.root, env=env, stdout=sink, stderr=subprocess.STDOUT)
+    sink.close()
+    if cpu is not None:
+        os.sched_setaffinity(proc.pid, {cpu})
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1):
+                return Child("ours", port, proc, home)
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError(f"{side.name} ({side.root}) did not start") from None
+            time.sleep(0.05)
+
+
+def parse_env(pairs: Sequence[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"bench.ingest_ab: {pair!r} is not KEY=VALUE")
+        out[key] = value
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.ingest_ab", description=__doc__)
+    p.add_argument("a", type=Path, help="source tree of side A (e.g. a worktree of HEAD~1)")
+    p.add_argument("b", type=Path, help="source tree of side B")
+    p.add_argument("--rounds", type=int, default=6)
+    p.add_argument("--seconds", type=float, default=4.0)
+    p.add_argument("--concurrency", type=int, default=16)
+    p.add_argument("--env-a", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--env-b", action="append", default=[], metavar="KEY=VALUE")
+    args = p.parse_args(argv)
+    for tree in (args.a, args.b):
+        if not (tree / "ghapp" / "commands" / "cli.py").is_file():
+            print(f"bench.ingest_ab: {tree} is not a source tree of this project", file=sys.stderr)
+            return 2
+    sides = [
+        Side("A", args.a.resolve(), parse_env(args.env_a)),
+        Side("B", args.b.resolve(), parse_env(args.env_b)),
+    ]
+    saved = os.sched_getaffinity(0)
+    cpus = sorted(saved)
+    cpu = cpus[0] if len(cpus) > 1 else None
+    if cpu is not None:
+        os.sched_setaffinity(0, set(cpus[1:]))
+    try:
+        run(sides, cpu, args.rounds, args.seconds, args.concurrency)
+    finally:
+        os.sched_setaffinity(0, saved)
+    for side in sides:
+        rates = [r[0] for r in side.rounds]
+        extra = f" ({' '.join(f'{k}={v}' for k, v in side.env.items())})" if side.env else ""
+        print(
+            f"{side.name} {side.root}{extra}: {statistics.median(rates):.0f} deliveries/s, "
+            f"cpu {statistics.median(r[1] for r in side.rounds):.0f} us a delivery in the "
+            f"window, {statistics.median(r[2] for r in side.rounds):.0f} us with deciding; "
+            f"rounds {[round(r) for r in rates]}"
+        )
+    return 0
+
+
+def run(sides: list[Side], cpu: int | None, rounds: int, seconds: float, conns: int) -> None:
+    deliveries = Deliveries(100)
+    with tempfile.TemporaryDirectory(prefix="bench-ab-") as tmp:
+        kids = [spawn_from(s, Path(tmp) / s.name, cpu) for s in sides]
+        try:
+            for side, kid in zip(sides, kids, strict=True):
+                warm = deliveries.make(500, f"warm-{side.name}")
+                run_async(closed_loop(kid.port, warm, 4, None))
+                settle(kid)
+            for n in range(rounds):
+                order = (0, 1) if n % 2 == 0 else (1, 0)
+                for i in order:
+                    side, kid = sides[i], kids[i]
+                    todo = deliveries.make(int(seconds * 8000), f"r{n}-{side.name}")
+                    before = kid.cpu_s()
+                    w = run_async(closed_loop(kid.port, todo, conns, seconds))
+                    window = kid.cpu_s()
+                    settle(kid)
+                    done = kid.cpu_s()
+                    ok = max(1, w.ok)
+                    side.rounds.append(
+                        (w.rate, (window - before) / ok * 1e6, (done - before) / ok * 1e6)
+                    )
+                    print(f"  round {n + 1} {side.name}: {w.rate:7.0f} deliveries/s", flush=True)
+        finally:
+            for kid in kids:
+                stop(kid)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
