@@ -22,17 +22,14 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.ingest import Deliveries, closed_loop, run_async, settle
-from bench.ingest_sides import Child, command_for, free_port, stop
+from bench.ingest_sides import spawn, stop
 
 
 @dataclass
@@ -41,27 +38,6 @@ class Side:
     root: Path
     env: dict[str, str]
     rounds: list[tuple[float, float, float]] = field(default_factory=list)  # rate, cpu, all
-
-
-def spawn_from(side: Side, home: Path, cpu: int | None) -> Child:
-    port = free_port()
-    argv, env, _ = command_for("ours", port, home)
-    env = {**env, "PYTHONPATH": str(side.root), **side.env}
-    sink = home.with_name(f"{side.name}.log").open("ab")
-    proc = subprocess.Popen(argv, cwd=side.root, env=env, stdout=sink, stderr=subprocess.STDOUT)
-    sink.close()
-    if cpu is not None:
-        os.sched_setaffinity(proc.pid, {cpu})
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1):
-                return Child("ours", port, proc, home)
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError(f"{side.name} ({side.root}) did not start") from None
-            time.sleep(0.05)
 
 
 def parse_env(pairs: Sequence[str]) -> dict[str, str]:
@@ -116,7 +92,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run(sides: list[Side], cpu: int | None, rounds: int, seconds: float, conns: int) -> None:
     deliveries = Deliveries(100)
     with tempfile.TemporaryDirectory(prefix="bench-ab-") as tmp:
-        kids = [spawn_from(s, Path(tmp) / s.name, cpu) for s in sides]
+        kids = [
+            spawn("ours", Path(tmp) / s.name, cpu, tree=s.root, extra_env=s.env, log_name=s.name)
+            for s in sides
+        ]
         try:
             for side, kid in zip(sides, kids, strict=True):
                 warm = deliveries.make(500, f"warm-{side.name}")

@@ -295,10 +295,23 @@ def command_for(side: str, port: int, home: Path) -> tuple[list[str], dict[str, 
     return [*argv, "--home", str(home)], env, ROOT
 
 
-def spawn(side: str, home: Path, cpu: int | None) -> Child:
+def spawn(
+    side: str,
+    home: Path,
+    cpu: int | None,
+    *,
+    tree: Path | None = None,
+    extra_env: dict[str, str] | None = None,
+    log_name: str | None = None,
+) -> Child:
+    """Start one server and wait until it answers. ``tree``: run the code of another
+    source tree (``bench.ingest_ab``); ``extra_env``: variables for this server only."""
     port = free_port()
     argv, env, cwd = command_for(side, port, home)
-    log = home.with_name(f"{side}.log")  # what it writes (ours: a line per webhook)
+    if tree is not None:
+        env["PYTHONPATH"], cwd = str(tree), tree
+    env |= extra_env or {}
+    log = home.with_name(f"{log_name or side}.log")  # what it writes (ours: a line a webhook)
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as sink:
         proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=sink, stderr=subprocess.STDOUT)
@@ -315,7 +328,7 @@ def spawn(side: str, home: Path, cpu: int | None) -> Child:
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
-                raise RuntimeError(f"{side} server did not start") from None
+                raise RuntimeError(f"{log_name or side} server did not start") from None
             time.sleep(0.05)
 
 

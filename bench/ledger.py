@@ -56,7 +56,8 @@ from urllib.parse import quote
 
 from bench.stats import percentile
 from ghapp.runtime.ledger import Ledger
-from ghapp.store.base import Store, open_store
+from ghapp.store.base import Store
+from ghapp.store.open import open_store
 from kernel import inputs as k
 from kernel.codec import dump_fact
 from kernel.facts import fact_key

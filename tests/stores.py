@@ -9,7 +9,8 @@ from urllib.parse import quote
 
 import pytest
 
-from ghapp.store.base import Store, open_store
+from ghapp.store.base import Store
+from ghapp.store.open import open_store
 from tests.conftest import PG_SKIP_REASON, pg_url
 
 

@@ -12,7 +12,8 @@ import contextlib
 from collections.abc import Mapping
 from pathlib import Path
 
-from ghapp.store.base import Store, StoreError, open_store
+from ghapp.store.base import Store, StoreError
+from ghapp.store.open import open_store
 from ghapp.store.sqlite import sqlite_file
 from kernel.errors import ConfigError
 

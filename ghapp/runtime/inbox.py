@@ -105,7 +105,8 @@ CREATE TABLE IF NOT EXISTS inbox (
     at REAL NOT NULL  -- when it was acknowledged (epoch seconds)
 );
 """
-CHUNK = 100  # rows per statement (7 parameters each: under SQLite's oldest limit of 999)
+CHUNK = 100  # rows per statement (6 parameters each: under SQLite's oldest limit of 999)
+_ROW = "(?, ?, ?, ?, ?, ?)"  # a row of six parameters, in the statements below
 
 
 # ------------------------------------------------------------------------------- inbox
@@ -778,7 +779,7 @@ def _give_back_memory() -> None:
 def _seen_sql(n: int) -> str:
     """Which of ``n`` deliveries the ledger holds: by delivery id (its events' keys are
     the id, or the id then ``:``) or by content (the digest, then the event's suffix)."""
-    rows = ",".join(["(?, ?, ?, ?, ?, ?)"] * n)
+    rows = ",".join([_ROW] * n)
     return (
         f"WITH v(i, k, lo, hi, blo, bhi) AS (VALUES {rows}) SELECT i FROM v WHERE "  # noqa: S608  # placeholders only
         "EXISTS (SELECT 1 FROM facts WHERE fkey = v.k) "
@@ -789,7 +790,7 @@ def _seen_sql(n: int) -> str:
 
 @functools.cache
 def _append_sql(n: int) -> str:
-    rows = ",".join(["(?, ?, ?, ?, ?, ?)"] * n)
+    rows = ",".join([_ROW] * n)
     return f"INSERT INTO inbox (delivery, digest, name, form, body, at) VALUES {rows}"  # noqa: S608  # placeholders only
 
 

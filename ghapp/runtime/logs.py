@@ -183,20 +183,8 @@ class _BatchedStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]  #
 
     def emit(self, record: logging.LogRecord) -> None:  # called with self.lock held
         try:
-            self._pending.append(self.format(record) + self.terminator)
-            if (
-                record.levelno >= logging.WARNING
-                or len(self._pending) >= MAX_PENDING
-                or self.batch_s <= 0
-            ):
-                self._write_pending()
-            elif len(self._pending) == 1:
-                if self._flusher is None:
-                    self._flusher = threading.Thread(
-                        target=self._flush_loop, name="log-flush", daemon=True
-                    )
-                    self._flusher.start()
-                self._due.set()
+            line = self.format(record)
+            self._queue(line, at_once=record.levelno >= logging.WARNING or self.batch_s <= 0)
         except RecursionError:  # as logging's own handlers
             raise
         except Exception:  # logging reports it on stderr, as for any handler
@@ -206,18 +194,22 @@ class _BatchedStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]  #
         """An INFO line already formatted and redacted (:func:`info_line`)."""
         self.acquire()
         try:
-            self._pending.append(line + self.terminator)
-            if len(self._pending) >= MAX_PENDING:
-                self._write_pending()
-            elif len(self._pending) == 1:
-                if self._flusher is None:
-                    self._flusher = threading.Thread(
-                        target=self._flush_loop, name="log-flush", daemon=True
-                    )
-                    self._flusher.start()
-                self._due.set()
+            self._queue(line, at_once=False)
         finally:
             self.release()
+
+    def _queue(self, line: str, *, at_once: bool) -> None:
+        """Add ``line``; write what waits now, or let the flusher do it (lock held)."""
+        self._pending.append(line + self.terminator)
+        if at_once or len(self._pending) >= MAX_PENDING:
+            self._write_pending()
+        elif len(self._pending) == 1:
+            if self._flusher is None:
+                self._flusher = threading.Thread(
+                    target=self._flush_loop, name="log-flush", daemon=True
+                )
+                self._flusher.start()
+            self._due.set()
 
     def _write_pending(self) -> None:
         if self._pending:

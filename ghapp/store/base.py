@@ -601,18 +601,3 @@ def _unique_violation(exc: BaseException) -> bool:
     name = type(exc).__name__
     text = str(exc).lower()
     return name in ("IntegrityError", "UniqueViolation") and "unique" in text
-
-
-def open_store(url: str) -> Store:
-    """Open the ledger named by ``url`` (``sqlite:///PATH`` or ``postgresql://...``)."""
-    if url.startswith("sqlite:"):
-        from ghapp.store.sqlite import SqliteStore  # noqa: PLC0415  # lazy: one backend
-
-        return SqliteStore(url)
-    if url.startswith(("postgresql:", "postgres:")):
-        from ghapp.store.postgres import PostgresStore  # noqa: PLC0415  # lazy: psycopg
-
-        return PostgresStore(url)
-    raise StoreError(
-        f"unsupported ledger URL {url!r}: use sqlite:///PATH or postgresql://USER@HOST/DB"
-    )

@@ -42,7 +42,7 @@ import pytest
 
 from fakegithub.server import SandboxHandle, running_sandbox
 from ghapp.commands.home import init_home
-from ghapp.store.base import open_store
+from ghapp.store.open import open_store
 from kernel.records import Card, Pipeline
 from tests import paths
 from tests.e2e.test_github_app_sandbox import settings_env

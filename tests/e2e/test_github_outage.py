@@ -35,7 +35,7 @@ from fakegithub.server import (
 )
 from ghapp.commands.home import init_home
 from ghapp.github.client import GitHubClient
-from ghapp.store.base import open_store
+from ghapp.store.open import open_store
 from kernel.records import Action, Card
 from tests import paths
 from tests.e2e.test_github_app_sandbox import CARD_MARK, rules

@@ -28,7 +28,8 @@ from ghapp.commands.home import init_home, read_rules
 from ghapp.commands.show import Out
 from ghapp.runtime.budget import day_bounds, usage_between
 from ghapp.runtime.ledger import Ledger
-from ghapp.store.base import Store, open_store
+from ghapp.store.base import Store
+from ghapp.store.open import open_store
 from kernel import inputs as k
 from kernel import records
 from kernel.codec import to_data

@@ -16,7 +16,7 @@ import pytest
 
 from ghapp.runtime.budget import Usage, UsageMeter, cap_notice, day_bounds, usage_between
 from ghapp.runtime.ledger import Ledger
-from ghapp.store.base import open_store
+from ghapp.store.open import open_store
 from kernel import inputs as k
 from kernel.records import Turn
 from kernel.rules import parse_rules

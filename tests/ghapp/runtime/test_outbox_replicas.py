@@ -20,7 +20,8 @@ from typing import Any
 
 from ghapp.runtime.hub import Hub
 from ghapp.runtime.outbox import gone, performer_name
-from ghapp.store.base import Store, open_store
+from ghapp.store.base import Store
+from ghapp.store.open import open_store
 from kernel import inputs as k
 from kernel.records import Action
 from tests.kernel.helpers import T0, ev, receipt, rule, rules_of

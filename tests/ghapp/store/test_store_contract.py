@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from ghapp.runtime.ledger import Ledger
-from ghapp.store.base import DuplicateFact, Store, StoreError, open_store
+from ghapp.store.base import DuplicateFact, Store, StoreError
+from ghapp.store.open import open_store
 from kernel import inputs as k
 from kernel.codec import dump_record
 from kernel.durations import iso
