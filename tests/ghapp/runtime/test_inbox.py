@@ -341,6 +341,37 @@ def test_a_moment_after_an_answer_is_not_yet_quiet(
         inbox.stop()
 
 
+def test_requests_waiting_only_for_the_disk_leave_the_processor_to_the_translator(
+    world: Ledgered, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # At 200 deliveries a second a request is in flight most of the time, nearly all of
+    # it waiting for its group's sync: a few waiting deliveries are decided then. A
+    # backlog (a burst) waits for every request, those waiting for the disk included.
+    monkeypatch.setattr(inbox_module, "QUIET_S", 0.0)
+    inbox = world.inbox()
+    try:
+        inbox.request_in()
+        assert inbox._ack_busy()  # its body being read
+        inbox.queued += 1  # handed to the writer (Inbox.submit)
+        assert inbox._ack_busy()  # the writer checks and inserts it
+        inbox._syncing = True
+        assert not inbox._ack_busy()  # only the disk is left to wait for
+        inbox.request_in()
+        assert inbox._ack_busy()  # another request in the event loop's hands
+        inbox.request_out()  # (the counts, not which request)
+        assert not inbox._ack_busy()
+        inbox._todo.extend(delivery(n) for n in range(inbox_module.EAGER_MAX + 1))
+        assert inbox._ack_busy()  # a burst: acks first, all of them
+        inbox._todo.clear()
+        inbox._syncing = False
+        inbox.released += 1  # the writer answered it: the event loop sends the answer
+        assert inbox._ack_busy()
+        inbox.request_out()
+        assert not inbox._ack_busy()
+    finally:
+        inbox.stop()
+
+
 def test_once_the_stream_pauses_the_log_of_the_inbox_holds_no_body(
     world: Ledgered, monkeypatch: pytest.MonkeyPatch
 ) -> None:
