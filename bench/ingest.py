@@ -834,8 +834,12 @@ def rows(f: dict[str, float]) -> list[tuple[str, str, str]]:
                 if f["sustained_rps"]
                 else "none of the rates tried"
             ),
-            f"{ratio(f, 'sustained_rps', 'floor_rps'):.2f}x the floor's saturated rate; "
-            f"decided alone while draining: {f['ours_drain_rps']:,.0f}/s",
+            (
+                f"{ratio(f, 'sustained_rps', 'floor_rps'):.2f}x the floor's saturated rate; "
+                if f["sustained_rps"]
+                else ""
+            )
+            + f"decided alone while draining: {f['ours_drain_rps']:,.0f}/s",
         ),
         (
             "ingest RSS idle / 1,000 connections",
