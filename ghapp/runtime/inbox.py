@@ -97,6 +97,7 @@ DEFER_MAX_S = 10.0  # the translator yields to the ack path until a delivery wai
 EAGER_MAX = 16  # up to this many waiting, they are decided while the acks wait for the disk
 QUIET_S = 0.002  # ... and while the last webhook was answered less than this long ago
 YIELD_MAX_S = 0.004  # the longest it waits between two looks while the ack path is busy
+YIELD_BURST_S = 0.016  # ... and during a burst (more than EAGER_MAX waiting)
 GATHER_S = 0.01  # a delivery waits at most this long for others to share its ledger commit
 CHECKPOINT_S = 0.5
 SYNC_S = 0.05  # decided rows wait at most this long for the ledger's log to be synced
@@ -666,7 +667,8 @@ class Inbox:
     def _yield(self) -> None:
         """Acks first: wait while the ack path has work for the processor, unless the
         backlog is overdue (or the inbox is stopping): just past the quiet moment after
-        the last answer, or, while requests are in flight, after 2, then every 4 ms."""
+        the last answer, or, while requests are in flight, after 2, then every 4 ms
+        (during a burst: after 2, 4, 8, then every 16 ms)."""
         wait = QUIET_S
         while self._ack_busy() and not self._overdue() and not self._stopping:
             if self.entered == self.left and self._q.empty():
@@ -675,7 +677,8 @@ class Inbox:
             else:
                 # Each look costs the ack path a GIL hand-off: while requests stay in
                 # flight, look less and less often (a pause is seen within YIELD_MAX_S).
-                pause, wait = wait, min(wait * 2, YIELD_MAX_S)
+                most = YIELD_BURST_S if len(self._todo) > EAGER_MAX else YIELD_MAX_S
+                pause, wait = wait, min(wait * 2, most)
             # A sleep, not a wait on the condition: the writer's commits (which notify
             # it) come while requests are in flight, never in the pause looked for.
             time.sleep(pause)
