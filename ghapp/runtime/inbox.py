@@ -40,7 +40,7 @@ Requests that only wait for the disk (their group's commit being synced) leave t
 processor idle: while at most :data:`EAGER_MAX` deliveries wait, the translator
 decides them then (at 200 deliveries a second, a request is in flight most of the
 time, nearly all of it waiting for the sync; waiting for a moment with none in flight,
-measured: ack -> routed p99 of 40-110 ms after a burst, against 10-20 ms). A larger
+measured: ack -> routed p99 up to 110 ms after a burst, against under 20 ms). A larger
 backlog is a burst: then requests waiting for the disk count as work too, and the
 burst is acknowledged first.
 So a burst is acknowledged at the rate the ack path alone allows and decided as soon
