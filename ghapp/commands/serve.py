@@ -356,6 +356,12 @@ def main(argv: list[str]) -> int:
     for note in running.notes:
         print(f"autoloop serve: {note}", flush=True)
     log.info("%s", files.line())
+    # Listening from here on (uvicorn listens again, with the same backlog, when it starts
+    # serving): a connection made once the line below is out waits in the listen queue.
+    # Before, the line came before uvicorn's listen, and a webhook sent at once (a script,
+    # a service manager's readiness check, the sandbox) was refused: GitHub marks such a
+    # delivery failed, and only the sweeper's next pass, minutes later, fetched it again.
+    sock.listen(config.backlog)
     print(f"autoloop serve: listening on http://{args.host}:{port}", flush=True)
     done = threading.Event()
 

@@ -4,9 +4,12 @@ a partial GitHub App configuration is refused with one line naming what is missi
 from __future__ import annotations
 
 import json
+import os
+import socket
 from pathlib import Path
 
 import pytest
+import uvicorn
 
 from ghapp.commands import serve
 from ghapp.commands.home import Home, init_home
@@ -97,3 +100,34 @@ def test_an_unknown_http_stack_is_refused_with_one_line(
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert "unknown event loop 'tokio'" in err and "AUTOLOOP_LOOP" in err
+
+
+def test_listening_is_said_once_connections_are_queued_not_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A webhook sent as soon as "listening on" is out must wait for the server, not be
+    # refused: GitHub marks a refused delivery failed (found again only by the sweeper).
+    init_home(tmp_path, rules_text=json.dumps({"rules": []}))
+    for var in list(os.environ):
+        if var.startswith("AUTOLOOP_"):
+            monkeypatch.delenv(var)
+    monkeypatch.setenv("AUTOLOOP_HOME", str(tmp_path))
+    monkeypatch.setenv("AUTOLOOP_GITHUB_WEBHOOK_SECRET", "s3cret")
+    seen: list[tuple[str, bool]] = []
+
+    def run(self: uvicorn.Server, sockets: list[socket.socket]) -> None:
+        said = capsys.readouterr().out  # what was printed before uvicorn starts serving
+        host, port = sockets[0].getsockname()[:2]
+        try:
+            socket.create_connection((host, port), timeout=2).close()
+            seen.append((said, True))
+        except ConnectionRefusedError:
+            seen.append((said, False))
+        finally:
+            sockets[0].close()  # (uvicorn closes it when it stops)
+
+    monkeypatch.setattr(uvicorn.Server, "run", run)
+    assert serve.main(["--port", "0"]) == 0
+    ((said, accepted),) = seen
+    assert "autoloop serve: listening on http://127.0.0.1:" in said
+    assert accepted, "a connection right after 'listening on' was refused"
