@@ -339,11 +339,15 @@ class Inbox:
         less than :data:`QUIET_S` ago (more are likely on their way). Requests waiting only
         for the disk need no processor: the translator uses that time."""
         parked = self.queued - self.released  # with the writer, queued or in its group
-        if len(self._todo) > EAGER_MAX:  # a backlog (a burst): the acks first, all of them
+        if self._burst():  # the acks first, all of them
             working = self.entered != self.left or parked > 0
         else:
             working = self.entered - self.left != parked or (parked > 0 and not self._syncing)
         return working or time.monotonic() - self.left_at < QUIET_S
+
+    def _burst(self) -> bool:
+        """More than :data:`EAGER_MAX` deliveries wait: a burst, acknowledged first."""
+        return len(self._todo) > EAGER_MAX
 
     def _overdue(self) -> bool:
         """The backlog is at its limit, or its oldest delivery waited ``DEFER_MAX_S``:
@@ -677,7 +681,7 @@ class Inbox:
             else:
                 # Each look costs the ack path a GIL hand-off: while requests stay in
                 # flight, look less and less often (a pause is seen within YIELD_MAX_S).
-                most = YIELD_BURST_S if len(self._todo) > EAGER_MAX else YIELD_MAX_S
+                most = YIELD_BURST_S if self._burst() else YIELD_MAX_S
                 pause, wait = wait, min(wait * 2, most)
             # A sleep, not a wait on the condition: the writer's commits (which notify
             # it) come while requests are in flight, never in the pause looked for.
