@@ -36,6 +36,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = b"bench-ingest-secret"
+GC_YOUNG = 20_000  # as autoloop serve sets it (ghapp.commands.serve.GC_YOUNG; a test checks)
 PROBOT = "probot@14"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "autoloop-bench"
 PROBOT_APP = """\
@@ -176,7 +177,8 @@ def serve_child(side: str, port: int, home: Path) -> None:
         home.mkdir(parents=True, exist_ok=True)
         app = bare_app(FloorWriter(home / "floor.db").append)
     gc.collect()
-    gc.freeze()  # as autoloop serve does
+    gc.freeze()  # as autoloop serve does (ghapp.commands.serve.settle_heap) ...
+    gc.set_threshold(GC_YOUNG, *gc.get_threshold()[1:])  # ... and this too
     uvicorn_run(app, port)
 
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-from bench import ingest
+from bench import ingest, ingest_sides
+from ghapp.commands import serve
 
 
 def test_ingest_bench_measures_every_server_and_checks_the_ledger() -> None:
@@ -65,3 +66,7 @@ def test_a_run_where_no_sustained_rate_held_says_so_without_a_ratio() -> None:
     (row,) = [r for r in held if r[0].startswith("ingest sustained")]
     assert row[1] == "500/s (backlog peak 1)"
     assert row[2].startswith("0.25x the floor's saturated rate; ")
+
+
+def test_the_floor_and_bare_servers_collect_garbage_as_autoloop_serve_does() -> None:
+    assert ingest_sides.GC_YOUNG == serve.GC_YOUNG

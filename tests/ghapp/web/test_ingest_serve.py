@@ -3,6 +3,7 @@ a partial GitHub App configuration is refused with one line naming what is missi
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import socket
@@ -131,3 +132,36 @@ def test_listening_is_said_once_connections_are_queued_not_refused(
     ((said, accepted),) = seen
     assert "autoloop serve: listening on http://127.0.0.1:" in said
     assert accepted, "a connection right after 'listening on' was refused"
+
+
+def test_settle_heap_leaves_requests_in_flight_to_their_reference_counts() -> None:
+    """What 16 connections in flight keep alive at once (a few thousand objects, freed
+    by their counts) starts no collection once the heap is settled; at Python's default
+    threshold the same starts several."""
+    before = gc.get_threshold()
+    started: list[int] = []
+
+    def note(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started.append(info["generation"])
+
+    def in_flight() -> list[int]:
+        started.clear()
+        gc.callbacks.append(note)
+        try:
+            alive = [{"n": n} for n in range(5_000)]
+            del alive
+        finally:
+            gc.callbacks.remove(note)
+        return list(started)
+
+    try:
+        gc.collect()
+        gc.set_threshold(700, *before[1:])  # Python's default
+        assert len(in_flight()) >= 5
+        serve.settle_heap()
+        assert gc.get_threshold()[0] == serve.GC_YOUNG
+        assert in_flight() == []
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
