@@ -29,9 +29,10 @@ import hmac
 import html
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 import orjson
 from starlette.applications import Starlette
@@ -39,6 +40,7 @@ from starlette.background import BackgroundTask
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from ghapp.github.sansio import signature_of
 from ghapp.runtime import crash
@@ -58,6 +60,7 @@ from kernel.records import Card
 
 log = logging.getLogger("autoloop.web")
 
+WEBHOOK_PATH = "/github/webhook"
 MAX_BODY = 25 * 1024 * 1024  # GitHub caps webhook payloads at 25 MB
 UNRECORDED = "the ledger could not record this (nothing was stored): send it again later"
 FORM = "application/x-www-form-urlencoded"
@@ -166,6 +169,32 @@ def _error_of(response: Response) -> str:
     except (ValueError, TypeError):
         return ""
     return str(data.get("error", "")) if isinstance(data, dict) else ""
+
+
+class _App(Starlette):
+    """Starlette, with one shortcut: ``POST /github/webhook``, the route every delivery
+    takes, goes straight to its endpoint, past the middleware stack and the router (the
+    same endpoint, the same ``Request`` and ``Response``). The rest of the app, and any
+    other method on that path (405, as before), goes through Starlette as usual.
+    Measured in the process, the app called with an ASGI scope and no network: 36-42 us
+    a delivery, against 48-57 us through the stack (``bench/README.md``)."""
+
+    def __init__(self, webhook: Callable[[Request], Awaitable[Response]], **kw: Any) -> None:
+        super().__init__(**kw)
+        self._webhook = webhook
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] == "http"
+            and scope["method"] == "POST"
+            and scope["path"] == WEBHOOK_PATH
+            and not scope.get("root_path")
+        ):
+            scope["app"] = self
+            response = await self._webhook(Request(scope, receive))
+            await response(scope, receive, send)
+            return
+        await super().__call__(scope, receive, send)
 
 
 def create_app(server: Server) -> Starlette:
@@ -398,9 +427,10 @@ def create_app(server: Server) -> Starlette:
             media_type="text/plain; version=0.0.4",
         )
 
-    return Starlette(
+    return _App(
+        github_webhook,
         routes=[
-            Route("/github/webhook", github_webhook, methods=["POST"]),
+            Route(WEBHOOK_PATH, github_webhook, methods=["POST"]),
             Route("/v1/in/{source}", generic_source, methods=["POST"]),
             Route("/cards/{token}", card_page, methods=["GET", "POST"]),
             Route("/healthz", healthz, methods=["GET"]),

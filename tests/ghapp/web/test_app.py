@@ -115,3 +115,23 @@ def test_healthz_and_metrics_answer(tmp_path: Path) -> None:
         assert "autoloop_inbox_decided_total 1" in text
         assert "autoloop_inbox_waiting 0" in text
         assert 'autoloop_inbox_lag_seconds{quantile="0.99"}' in text
+
+
+def test_the_webhook_path_answers_other_methods_and_paths_as_starlette_does(
+    tmp_path: Path,
+) -> None:
+    """POST /github/webhook goes straight to its endpoint; anything else on or near the
+    path still goes through the router: 405 for another method, as before."""
+    body = json.dumps(json.loads((FIXTURES / "issues" / "opened.json").read_text())).encode()
+    with live_server(tmp_path / "h", RULES, env=ENV, start_worker=False) as live:
+        got = httpx.get(f"{live.url}/github/webhook", timeout=10)
+        assert got.status_code == 405
+        assert got.headers["allow"] == "POST"
+        assert (
+            httpx.post(f"{live.url}/github/webhooks", content=b"{}", timeout=10).status_code == 404
+        )
+        posted = post(live.url, "issues", body, delivery="d-fast")
+        assert posted.status_code == 200
+        assert posted.headers["content-type"] == "application/json"
+        assert posted.json() == {"delivery": "d-fast", "duplicate": False, "queued": True}
+        assert [e.event.id for e in events_in(live)] == ["d-fast"]
