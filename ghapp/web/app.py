@@ -435,5 +435,5 @@ def create_app(server: Server) -> Starlette:
             Route("/cards/{token}", card_page, methods=["GET", "POST"]),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/metrics", metrics, methods=["GET"]),
-        ]
+        ],
     )
