@@ -42,6 +42,7 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from ghapp.github.manifest import WEBHOOK_PATH
 from ghapp.github.sansio import signature_of
 from ghapp.runtime import crash
 from ghapp.runtime.details import MAX_BYTES as MAX_DETAILS_BYTES
@@ -60,7 +61,6 @@ from kernel.records import Card
 
 log = logging.getLogger("autoloop.web")
 
-WEBHOOK_PATH = "/github/webhook"
 MAX_BODY = 25 * 1024 * 1024  # GitHub caps webhook payloads at 25 MB
 UNRECORDED = "the ledger could not record this (nothing was stored): send it again later"
 FORM = "application/x-www-form-urlencoded"
