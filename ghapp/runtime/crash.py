@@ -5,10 +5,12 @@ real server. ``AUTOLOOP_CRASH_AT=POINT:N``, read once by ``autoloop serve`` at s
 makes the process send itself SIGKILL at the Nth passage through POINT:
 
 - ``before_insert``: the ingest writer holds the ledger's write transaction (and its
-  lock) and has inserted nothing yet;
+  lock) and has inserted nothing yet; with a SQLite ledger, the webhook inbox's writer
+  has written nothing of its group yet;
 - ``after_insert_before_commit``: the group's facts and records are inserted, the
-  transaction is not committed;
-- ``after_commit_before_ack``: the group is committed, no request of it is answered;
+  transaction is not committed; the inbox's group is written, not synced;
+- ``after_commit_before_ack``: the group is committed (synced), no request of it is
+  answered;
 - ``after_ack``: one request's 2xx answer has been handed to the connection.
 
 The first three pass once per group commit (one transaction of the ingest writer), the

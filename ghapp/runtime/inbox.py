@@ -5,28 +5,30 @@
 is a JSON object without building it (:func:`~ghapp.runtime.webhooks.check_json_object`;
 one that is not is refused: the route answers 400), checks each delivery
 against the inbox and the ledger (a delivery id or a body seen before is a duplicate,
-and is not stored again), appends the rest to the inbox (a
-SQLite file of its own beside the ledger: WAL, ``synchronous=FULL``) in one
-transaction, and only after that commit answers each request. Nothing else waits for
-the disk in the ack path.
+and is not stored again), appends the rest to the inbox (segment files of its own
+beside the ledger, :mod:`ghapp.runtime.segments`: one write and one ``fdatasync`` a
+group, over blocks filled with zeros beforehand), and only after that sync answers each
+request. Nothing else waits for the disk in the ack path.
 
 Right after, a second thread of the same process translates what was appended (the
 GitHub source's pure translator), redacts it and decides it in the ledger, in batches;
-each batch commits to the ledger first, then its raw rows are deleted from the inbox.
+each batch commits to the ledger first, then its raw records are released from the
+inbox.
 Given ``sync`` (``autoloop serve`` passes the SQLite ledger's
 :meth:`~ghapp.store.sqlite.SqliteStore.sync_log`), those commits do not wait for the
 disk: the ledger's log is synced at most :data:`SYNC_S` later (and whenever the backlog
-empties), and only then are the rows deleted. A power cut loses no delivery (the inbox
+empties), and only then are the records released. A power cut loses no delivery (the inbox
 still holds it), an event is routed without waiting for the disk, and the disk sees one
 ledger sync per interval rather than one per batch. Anything that acts on a decided
 event (a turn's claim, an outbox entry) commits durably first, which syncs the log with
-it. Rows are deleted with ``secure_delete`` (the freed pages are zeroed; the inbox's
-log is truncated once the stream pauses with the inbox empty, and the file gives back
-the pages a backlog took), so unredacted text does not stay on disk. A batch that
-cannot be decided (a full disk) stays in the inbox and is tried again. After a crash, what is
-still in the inbox is decided on start, before the server listens: every acknowledged
-delivery becomes its events. A row decided twice (a crash between the ledger's commit
-and the row's deletion) is a duplicate for the kernel, recorded once.
+it. A segment whose records are all released is overwritten with zeros (the last one
+too, so a trickle leaves nothing behind), so unredacted text does not stay on disk. A
+batch that cannot be decided (a full disk) stays in the inbox and is tried again. After
+a crash, what is still in the inbox is decided on start, before the server listens:
+every acknowledged delivery becomes its events. A record decided twice (a crash between
+the ledger's commit and the zeroing of its segment) is a duplicate for the kernel,
+recorded once. An inbox of an earlier version (``ledger.inbox.db``, SQLite) is decided
+the same way at start, then removed.
 
 **Acks first.** Both threads share one core with the event loop (and Python's GIL).
 The translator runs while the ack path has nothing for the processor to do: before
@@ -74,6 +76,7 @@ from typing import Any
 
 from ghapp.runtime import crash
 from ghapp.runtime.ledger import Ledger, Outcome, WriteError
+from ghapp.runtime.segments import SEGMENT_BYTES, SegmentLog, segments_path
 from ghapp.runtime.webhooks import (
     BadBody,
     check_json_object,
@@ -83,7 +86,7 @@ from ghapp.runtime.webhooks import (
 from kernel import inputs as k
 from kernel.model import Event
 
-__all__ = ["BACKLOG_MAX", "Inbox", "Received", "inbox_path"]
+__all__ = ["BACKLOG_MAX", "Inbox", "Received", "inbox_path", "old_inbox_path"]
 
 log = logging.getLogger("autoloop.inbox")
 
@@ -99,31 +102,22 @@ QUIET_S = 0.002  # ... and while the last webhook was answered less than this lo
 YIELD_MAX_S = 0.004  # the longest it waits between two looks while the ack path is busy
 YIELD_BURST_S = 0.016  # ... and during a burst (more than EAGER_MAX waiting)
 GATHER_S = 0.01  # a delivery waits at most this long for others to share its ledger commit
-CHECKPOINT_S = 0.5
-SYNC_S = 0.05  # decided rows wait at most this long for the ledger's log to be synced
-
-# No index but the rowid's: rows are appended in id order and deleted by id, and which
-# deliveries and bodies the inbox holds is known in memory (the writer's, see _append).
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS inbox (
-    id INTEGER PRIMARY KEY,
-    delivery TEXT NOT NULL,
-    digest TEXT NOT NULL,
-    name TEXT NOT NULL,
-    form INTEGER NOT NULL,
-    body BLOB NOT NULL,
-    at REAL NOT NULL  -- when it was acknowledged (epoch seconds)
-);
-"""
-CHUNK = 100  # rows per statement (6 parameters each: under SQLite's oldest limit of 999)
-_ROW = "(?, ?, ?, ?, ?, ?)"  # a row of six parameters, in the statements below
+IDLE_S = 0.5  # the writer tidies the inbox once nothing came for this long
+SYNC_S = 0.05  # decided records wait at most this long for the ledger's log to be synced
+CHUNK = 100  # deliveries per statement (6 parameters each: under SQLite's oldest limit of 999)
+_ROW = "(?, ?, ?, ?, ?, ?)"  # a row of six parameters, in the statement below
 
 
 # ------------------------------------------------------------------------------- inbox
 
 
 def inbox_path(ledger_file: Path) -> Path:
-    """The inbox beside a SQLite ledger: ``ledger.db`` -> ``ledger.inbox.db``."""
+    """The inbox beside a SQLite ledger: ``ledger.db`` -> ``ledger.inbox/`` (a folder)."""
+    return segments_path(ledger_file)
+
+
+def old_inbox_path(ledger_file: Path) -> Path:
+    """Where versions before the segments kept the inbox: ``ledger.inbox.db`` (SQLite)."""
     return ledger_file.with_name(ledger_file.stem + ".inbox" + (ledger_file.suffix or ".db"))
 
 
@@ -138,7 +132,7 @@ class Received:
     digest: str
     payload: dict[str, Any] | None = None  # decoded already (None: decode again)
     checked: bool = False  # decoded once already (a big body, off the event loop)
-    rowid: int = 0
+    rowid: int = 0  # its record's sequence number in the inbox
     acked: float = 0.0  # time.monotonic() of the commit that acknowledged it
 
 
@@ -176,6 +170,7 @@ class Inbox:
         max_batch: int = 256,
         gather_s: float = 0.002,
         sync: Callable[[], None] | None = None,
+        segment_bytes: int = SEGMENT_BYTES,
     ) -> None:
         self.path = path
         self.ledger = ledger
@@ -208,16 +203,12 @@ class Inbox:
         self._commits = 0
         self._tidied = 0  # self._commits when the writer last emptied the log
         self._stopping = False
-        self._conn = self._connect(path)
-        self._conn.executescript(SCHEMA)
-        _drop_old_indexes(self._conn)
-        # What the inbox holds, by row: its delivery id and content digest (the writer's;
-        # filled from the file at start). Duplicates are looked up here, not in the file.
+        self._log = SegmentLog(path, segment_bytes=segment_bytes)
+        # What the inbox holds, by record: its delivery id and content digest (the
+        # writer's; filled from the files at start). Duplicates are looked up here.
         self._held: dict[int, tuple[str, str]] = {}
         self._held_ids: set[str] = set()
         self._held_digests: set[str] = set()
-        self._reader = self._connect(path)  # the translator's: bodies kept on disk only
-        self._reader.execute("PRAGMA query_only=ON")
         self._seen = sqlite3.connect(
             f"file:{ledger_file}?mode=ro", uri=True, timeout=30, check_same_thread=False
         )
@@ -225,40 +216,39 @@ class Inbox:
         self._translator = threading.Thread(
             target=self._decide_loop, name="inbox-translator", daemon=True
         )
-        self._checkpoints = threading.Thread(
-            target=self._checkpoint_loop, name="inbox-checkpoint", daemon=True
-        )
         self._halt = threading.Event()
+        self._opened = False
         self._started = False
 
-    @staticmethod
-    def _connect(path: Path) -> sqlite3.Connection:
-        conn = sqlite3.connect(str(path), timeout=30, isolation_level=None, check_same_thread=False)
-        conn.execute("PRAGMA auto_vacuum=INCREMENTAL")  # (a new file only) shrinks once empty
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=FULL")
-        conn.execute("PRAGMA secure_delete=ON")  # a deleted body's pages are zeroed
-        conn.execute("PRAGMA wal_autocheckpoint=4000")  # a backstop: the thread does it
-        # Rows are written once and read once: a small page cache (SQLite's default is
-        # 2 MB a connection, which a backlog fills and the process then keeps).
-        conn.execute("PRAGMA cache_size=-256")
-        return conn
-
     # -- life -----------------------------------------------------------------------------
+
+    def open(self) -> list[Received]:
+        """Open the inbox's files; what a previous process left in them (acknowledged,
+        maybe not decided), in the order it was appended."""
+        if self._opened:
+            return []
+        self._opened = True
+        recovered = [
+            Received(
+                name=r.name,
+                delivery=r.delivery,
+                body=r.body,
+                form=r.form,
+                digest=r.digest,
+                rowid=r.seq,
+            )
+            for r in self._log.open()
+        ]
+        self._waiting = len(recovered)
+        for r in recovered:
+            self._hold(r)
+        return recovered
 
     def start(self) -> int:
         """Decide what a previous process left in the inbox (before serving), then start
         the threads; the number of deliveries recovered."""
-        rows = self._conn.execute(
-            "SELECT id, delivery, digest, name, form, body, at FROM inbox ORDER BY id"
-        ).fetchall()
-        recovered = [
-            Received(name=r[3], delivery=r[1], body=r[5], form=bool(r[4]), digest=r[2], rowid=r[0])
-            for r in rows
-        ]
-        self._waiting = len(rows)
-        for r in recovered:
-            self._hold(r)
+        old = self._decide_old_inbox()
+        recovered = self.open()
         if recovered:
             log.info("deciding %d delivery(ies) acknowledged before a restart", len(recovered))
             for start in range(0, len(recovered), BATCH):
@@ -266,11 +256,50 @@ class Inbox:
                 while not self._decide(chunk):
                     time.sleep(0.5)  # the ledger cannot append: nothing is served until it can
                 self._delete_now([r.rowid for r in chunk])
+            self._log.tidy()
         self._started = True
         self._writer.start()
         self._translator.start()
-        self._checkpoints.start()
-        return len(recovered)
+        return old + len(recovered)
+
+    def _decide_old_inbox(self) -> int:
+        """Decide what an earlier version left in its SQLite inbox, then remove it."""
+        old = old_inbox_path(self.ledger_file)
+        if not old.exists():
+            return 0
+        conn = sqlite3.connect(str(old), timeout=30, isolation_level=None)
+        try:
+            conn.execute("PRAGMA secure_delete=ON")
+            rows = conn.execute(
+                "SELECT id, delivery, digest, name, form, body FROM inbox ORDER BY id"
+            ).fetchall()
+        except sqlite3.Error as exc:  # no table: nothing was ever appended
+            log.info("the inbox of an earlier version holds nothing to decide (%s)", exc)
+            rows = []
+        items = [
+            Received(name=r[3], delivery=r[1], body=r[5], form=bool(r[4]), digest=r[2], rowid=r[0])
+            for r in rows
+        ]
+        if items:
+            log.info(
+                "deciding %d delivery(ies) acknowledged before a restart, from %s "
+                "(the inbox of an earlier version)",
+                len(items),
+                old.name,
+            )
+        for start in range(0, len(items), BATCH):
+            chunk = items[start : start + BATCH]
+            while not self._decide(chunk):
+                time.sleep(0.5)  # the ledger cannot append: nothing is served until it can
+        with contextlib.suppress(sqlite3.Error):  # its bodies zeroed before the file goes
+            conn.execute("DELETE FROM inbox")
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        conn.close()
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            with contextlib.suppress(FileNotFoundError):
+                Path(f"{old}{suffix}").unlink()
+        log.info("%s removed: the inbox is now %s/", old.name, self.path.name)
+        return len(items)
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop taking deliveries, decide every one acknowledged, and close."""
@@ -282,16 +311,12 @@ class Inbox:
                 self._cv.notify_all()
             self._translator.join(timeout)
             self._halt.set()
-            self._checkpoints.join(timeout)
         with self._deletes_lock:
             leftover, self._deletes = self._deletes, []
         if leftover:
             self._delete_now(leftover)
-        with contextlib.suppress(sqlite3.Error):
-            if not self._conn.execute("SELECT 1 FROM inbox LIMIT 1").fetchone():
-                self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        for conn in (self._conn, self._reader, self._seen):
-            conn.close()
+        self._log.close()  # (the zeros it wrote are synced first)
+        self._seen.close()
 
     def waiting(self) -> int:
         """Deliveries acknowledged and not decided yet."""
@@ -361,7 +386,7 @@ class Inbox:
         last = 0
         while True:
             try:
-                first = self._q.get(timeout=CHECKPOINT_S)
+                first = self._q.get(timeout=IDLE_S)
             except queue.Empty:
                 self._tidy()
                 continue
@@ -446,8 +471,7 @@ class Inbox:
             self.released += len(batch)  # each one answered (a result or an error)
 
     def _append_group(self, batch: list[_Ack]) -> None:
-        with self._deletes_lock:
-            deletes, self._deletes = self._deletes, []
+        self._flush_deletes()  # (a segment emptied by them may take this group)
         dup: list[bool | None] = []  # per request: a duplicate; None: refused (answered)
         for ack in batch:
             item = ack.item
@@ -464,8 +488,8 @@ class Inbox:
                     continue
             dup.append(item.delivery in self._held_ids or item.digest in self._held_digests)
         fresh: list[Received] = []
-        cur = self._conn.cursor()
         now = time.time()
+        appended: list[int] = []
         try:
             asked = [i for i, d in enumerate(dup) if d is False]
             recorded = self._in_ledger([batch[i].item for i in asked])
@@ -479,44 +503,29 @@ class Inbox:
                 ids.add(item.delivery)
                 digests.add(item.digest)
                 fresh.append(item)
-            cur.execute("BEGIN IMMEDIATE")
-            try:
-                crash.reach(crash.BEFORE_INSERT)
-                for start in range(0, len(fresh), CHUNK):
-                    part = fresh[start : start + CHUNK]
-                    params: list[object] = []
-                    for item in part:
-                        params += [item.delivery, item.digest, item.name, int(item.form)]
-                        params += [item.body, now]
-                    cur.execute(_append_sql(len(part)), params)
-                    # One statement, rows in order: the ids that follow the largest one
-                    # (SQLite's rowid choice; the write lock is held, no one else inserts).
-                    last = int(cur.lastrowid or 0)
-                    for j, item in enumerate(part, last - len(part) + 1):
-                        item.rowid = j
-                if deletes:
-                    _delete(cur, deletes)
-                crash.reach(crash.AFTER_INSERT_BEFORE_COMMIT)
+            crash.reach(crash.BEFORE_INSERT)
+            if fresh:
+                appended, seg = self._log.append(
+                    [(i.name, i.delivery, i.digest, i.form, i.body) for i in fresh], now
+                )
+                for item, seq in zip(fresh, appended, strict=True):
+                    item.rowid = seq
+            crash.reach(crash.AFTER_INSERT_BEFORE_COMMIT)
+            if fresh:
                 self._syncing = True
                 try:
-                    cur.execute("COMMIT")
+                    self._log.sync(seg)
                 finally:
                     self._syncing = False
-            except BaseException:
-                if self._conn.in_transaction:
-                    cur.execute("ROLLBACK")
-                raise
         except Exception as exc:
+            if appended:  # written, not known durable: not acknowledged, so not kept
+                with contextlib.suppress(OSError):
+                    self._log.release(appended)
             self.write_error = WriteError(message=f"{type(exc).__name__}: {exc}", at=time.time())
-            with self._deletes_lock:
-                self._deletes[:0] = deletes
             for ack, d in zip(batch, dup, strict=True):
                 if d is not None:
                     ack.loop.call_soon_threadsafe(_set_exc, ack.future, exc)
             return
-        finally:
-            cur.close()
-        self._forget(deletes)
         for item in fresh:
             self._hold(item)
         self._commits += 1
@@ -527,7 +536,7 @@ class Inbox:
         self.stats.groups += 1
         self.stats.acked += len(fresh)
         self.stats.duplicates += dup.count(True)
-        self._waiting += len(fresh) - len(deletes)
+        self._waiting += len(fresh)
         if fresh:
             with self._cv:
                 for item in fresh:
@@ -550,32 +559,20 @@ class Inbox:
         with self._deletes_lock:
             deletes, self._deletes = self._deletes, []
         if deletes:
-            self._delete_now(deletes, durable=False)
+            self._delete_now(deletes)
 
-    def _delete_now(self, rowids: list[int], *, durable: bool = True) -> None:
-        """Delete decided rows in a transaction of their own. Not durable when the
-        writer does it between groups: a deletion lost to a power cut only decides
-        those rows again (duplicates), and the next group's commit makes it durable."""
-        cur = self._conn.cursor()
+    def _delete_now(self, rowids: list[int]) -> None:
+        """Release decided records (the ledger holds them durably): a segment left with
+        none is zeroed. The zeros are synced with the next group written to it, or once
+        the stream pauses; lost to a power cut, they only let those records be decided
+        again (duplicates, recorded once)."""
+        self._commits += 1
+        self._forget(rowids)
         try:
-            if not durable:
-                cur.execute("PRAGMA synchronous=NORMAL")
-            cur.execute("BEGIN IMMEDIATE")
-            _delete(cur, rowids)
-            cur.execute("COMMIT")
-            self._commits += 1
-            self._waiting -= len(rowids)
-            self._forget(rowids)
-        except sqlite3.Error as exc:
-            if self._conn.in_transaction:
-                cur.execute("ROLLBACK")
-            log.warning("decided inbox rows not deleted yet (%s); kept for the next try", exc)
-            with self._deletes_lock:
-                self._deletes[:0] = rowids
-        finally:
-            if not durable:
-                cur.execute("PRAGMA synchronous=FULL")
-            cur.close()
+            self._log.release(rowids)
+        except OSError as exc:
+            log.warning("decided inbox records not zeroed yet (%s); tried again later", exc)
+        self._waiting -= len(rowids)  # (after the zeros: settle() waits for them too)
 
     # -- deciding -------------------------------------------------------------------------
 
@@ -689,16 +686,9 @@ class Inbox:
 
     def _bodies(self, batch: list[Received]) -> None:
         """Read back the bodies kept on disk only."""
-        missing = {item.rowid: item for item in batch if not item.body}
-        if not missing:
-            return
-        marks = ",".join("?" * len(missing))
-        rows = self._reader.execute(
-            f"SELECT id, body FROM inbox WHERE id IN ({marks})",  # noqa: S608  # placeholders only
-            list(missing),
-        ).fetchall()
-        for rowid, body in rows:
-            missing[rowid].body = body
+        for item in batch:
+            if not item.body and self._log.holds(item.rowid):
+                item.body = self._log.body(item.rowid)
 
     def _decide(self, batch: list[Received], *, polite: bool = False) -> bool:
         """Translate, redact and decide ``batch`` in one ledger transaction; False when the
@@ -717,7 +707,7 @@ class Inbox:
                 )
             except Exception as exc:  # checked at the ack: only a damaged row gets here
                 log.error(
-                    "inbox row %d (%s) cannot be read, dropped: %s", item.rowid, item.name, exc
+                    "inbox record %d (%s) cannot be read, dropped: %s", item.rowid, item.name, exc
                 )
                 continue
             found.extend(events if events else [None])
@@ -750,42 +740,21 @@ class Inbox:
         self.on_decided(recorded, outs)
         return True
 
-    # -- checkpoints ----------------------------------------------------------------------
-
-    def _checkpoint_loop(self) -> None:
-        """Copy the log into the inbox file twice a second while there were commits
-        (PASSIVE: it never takes the write lock, so the writer never waits for it)."""
-        conn = sqlite3.connect(str(self.path), timeout=0, isolation_level=None)
-        seen = self._commits
-        try:
-            while not self._halt.wait(CHECKPOINT_S):
-                if self._commits == seen:
-                    continue
-                seen = self._commits
-                with contextlib.suppress(sqlite3.Error):
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-        finally:
-            conn.close()
+    # -- pauses ---------------------------------------------------------------------------
 
     def _tidy(self) -> None:
-        """Once the stream pauses (nothing queued for :data:`CHECKPOINT_S`) with the inbox
-        empty: give back the pages a backlog took (zeroed already) and empty the log, so
-        that the frames of deleted bodies do not stay in it. The writer does it itself:
-        done from another connection (as before), a TRUNCATE checkpoint holds the write
-        lock, and the writer's next group slept in SQLite's busy handler until it was
-        free. Under a steady stream the log is recycled from its start after each
-        checkpoint, overwriting old frames; this empties it when the stream stops."""
+        """Once the stream pauses (nothing queued for :data:`IDLE_S`) with the inbox
+        empty: sync the zeros written over decided records, remove the spare segments a
+        backlog took, and give the memory it took back to the system."""
         if self._commits == self._tidied or self._waiting > 0 or self._todo:
             return
         self._tidied = self._commits
-        with contextlib.suppress(sqlite3.Error):
-            self._conn.execute("PRAGMA incremental_vacuum").fetchall()
-            self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        self._log.tidy()
         _give_back_memory()
 
     def rows(self) -> Iterator[tuple[str, str]]:
-        """(delivery, name) of every row in the inbox (tests)."""
-        yield from self._reader.execute("SELECT delivery, name FROM inbox ORDER BY id")
+        """(delivery, digest) of every record the inbox holds (tests)."""
+        yield from list(self._held.values())
 
 
 _malloc_trim: Callable[[int], int] | bool | None = False  # False: not looked up yet
@@ -818,33 +787,6 @@ def _seen_sql(n: int) -> str:
         "OR EXISTS (SELECT 1 FROM facts WHERE fkey >= v.lo AND fkey < v.hi) "
         "OR EXISTS (SELECT 1 FROM fact_keys WHERE fkey >= v.blo AND fkey < v.bhi)"
     )
-
-
-@functools.cache
-def _append_sql(n: int) -> str:
-    rows = ",".join([_ROW] * n)
-    return f"INSERT INTO inbox (delivery, digest, name, form, body, at) VALUES {rows}"  # noqa: S608  # placeholders only
-
-
-def _drop_old_indexes(conn: sqlite3.Connection) -> None:
-    """An inbox made by an earlier version has an index on the digest and a unique one
-    on the delivery id, which every append paid for: the first is dropped; a table with
-    the second is made again once it is empty (at start, when nothing waits in it)."""
-    with contextlib.suppress(sqlite3.Error):
-        conn.execute("DROP INDEX IF EXISTS inbox_by_digest")
-        row = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'inbox'").fetchone()
-        if row and "UNIQUE" in row[0] and not conn.execute("SELECT 1 FROM inbox").fetchone():
-            conn.execute("DROP TABLE inbox")
-            conn.executescript(SCHEMA)
-
-
-def _delete(cur: sqlite3.Cursor, rowids: list[int]) -> None:
-    for start in range(0, len(rowids), 500):
-        part = rowids[start : start + 500]
-        cur.execute(
-            f"DELETE FROM inbox WHERE id IN ({','.join('?' * len(part))})",  # noqa: S608  # placeholders only
-            part,
-        )
 
 
 def _set_results(done: list[tuple[asyncio.Future[bool], bool]]) -> None:

@@ -13,6 +13,7 @@ import pytest
 
 from fakegithub.server import SandboxHandle, running_sandbox
 from ghapp.github.manifest import EVENTS, PERMISSIONS, markdown_table
+from ghapp.runtime.segments import SegmentLog, segments_path
 from tests.docs.runner import COMMAND_INFOS, DocSession, read_blocks, session_env
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -100,9 +101,23 @@ def test_deploy_md_backs_up_restores_and_checks_a_home_folder(tmp_path: Path) ->
             check=False,
         )
         assert done.returncode == 0, done.stderr
+    # and a webhook acknowledged and not decided yet, as a killed server leaves one
+    inbox = SegmentLog(segments_path(home / "ledger.db"))
+    inbox.open()
+    _, segment = inbox.append([("issues", "d-1", "digest-1", False, b'{"action": "opened"}')], 1.0)
+    inbox.sync(segment)
+    inbox.close()
     walk(DocSession(work, env), DOCS / "deploy.md")
     backups = list((me / "autoloop-backup").iterdir())
     assert len(backups) == 1
-    assert sorted(p.name for p in backups[0].iterdir()) == ["ledger.db", "master.key", "rules.json"]
+    assert sorted(p.name for p in backups[0].iterdir()) == [
+        "ledger.db",
+        "ledger.inbox",
+        "master.key",
+        "rules.json",
+    ]
+    restored = SegmentLog(me / "autoloop-restored" / "ledger.inbox")
+    assert [r.delivery for r in restored.open()] == ["d-1"]
+    restored.close()
     assert (backups[0] / "master.key").read_bytes() == (home / "master.key").read_bytes()
     assert (me / "autoloop-restored" / "ledger.db").stat().st_size > 0

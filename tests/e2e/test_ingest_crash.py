@@ -25,7 +25,6 @@ import json
 import os
 import random
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -39,6 +38,7 @@ import pytest
 from ghapp.commands.home import Home, init_home
 from ghapp.github.sansio import sign
 from ghapp.runtime import crash
+from ghapp.runtime.segments import scan
 from kernel.records import EventRow
 from tests import paths
 from tests.servers import free_port
@@ -176,13 +176,11 @@ def durable_in(home: Path, extra: dict[str, str] | None = None) -> set[str]:
     """Deliveries stored where a restart finds them: events in the ledger, and with a
     SQLite ledger the webhook inbox's rows (acknowledged, decided at the next start)."""
     found = set(events_in(home, extra))
-    inbox = home / "ledger.inbox.db"
+    inbox = home / "ledger.inbox"
     if "AUTOLOOP_DB" not in (extra or {}) and inbox.exists():
-        conn = sqlite3.connect(f"file:{inbox}?mode=ro", uri=True)
-        try:
-            found |= {row[0] for row in conn.execute("SELECT delivery FROM inbox")}
-        finally:
-            conn.close()
+        for segment in inbox.iterdir():  # read as a restart reads them, changing nothing
+            records, _ = scan(segment.read_bytes())
+            found |= {record.delivery for record, _, _ in records}
     return found
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -18,9 +19,11 @@ from pathlib import Path
 import pytest
 
 from ghapp.runtime import inbox as inbox_module
+from ghapp.runtime import segments as segments_module
 from ghapp.runtime.hub import RedactingLedger
-from ghapp.runtime.inbox import Inbox, Received, inbox_path
+from ghapp.runtime.inbox import Inbox, Received, inbox_path, old_inbox_path
 from ghapp.runtime.ledger import Outcome
+from ghapp.runtime.segments import SegmentLog
 from ghapp.runtime.webhooks import content_digest, webhook_payload
 from ghapp.store.sqlite import SqliteStore
 from kernel.model import Event, Rules
@@ -92,7 +95,7 @@ def submit_all(inbox: Inbox, items: list[Received]) -> list[bool]:
     return asyncio.run(main())
 
 
-def test_an_acknowledged_delivery_is_decided_right_after_and_its_raw_row_deleted(
+def test_an_acknowledged_delivery_is_decided_right_after_and_its_raw_record_zeroed(
     world: Ledgered,
 ) -> None:
     inbox = world.inbox()
@@ -108,8 +111,9 @@ def test_an_acknowledged_delivery_is_decided_right_after_and_its_raw_row_deleted
         assert inbox.stats.acked == 2 and inbox.stats.decided == 2
     finally:
         inbox.stop()
-    rows = sqlite3.connect(inbox_path(world.file)).execute("SELECT count(*) FROM inbox")
-    assert rows.fetchone() == (0,)
+    assert held(world) == []
+    files = list(inbox_path(world.file).iterdir())
+    assert files and all(not any(f.read_bytes()) for f in files)
 
 
 def test_a_redelivery_or_a_replayed_body_is_a_duplicate_before_and_after_it_is_decided(
@@ -162,6 +166,25 @@ def test_a_replay_in_a_later_group_is_a_duplicate_while_the_first_waits_in_the_i
         inbox.stop()
 
 
+def held(world: Ledgered) -> list[str]:
+    """The deliveries a restart would find in the inbox's files."""
+    log = SegmentLog(inbox_path(world.file))
+    try:
+        return [r.delivery for r in log.open()]
+    finally:
+        log.close()
+
+
+def left_by_a_killed_process(world: Ledgered, items: list[Received]) -> None:
+    """What a process that acknowledged ``items`` and died before deciding them left."""
+    log = SegmentLog(inbox_path(world.file))
+    log.open()
+    _, seg = log.append([(d.name, d.delivery, d.digest, d.form, d.body) for d in items], 1.0)
+    log.sync(seg)
+    for s in log._all:  # gone without a word: nothing released, nothing closed in order
+        os.close(s.fd)
+
+
 OLD_SCHEMA = """
 CREATE TABLE inbox (
     id INTEGER PRIMARY KEY, delivery TEXT NOT NULL UNIQUE, digest TEXT NOT NULL,
@@ -171,56 +194,49 @@ CREATE INDEX inbox_by_digest ON inbox (digest);
 """
 
 
-def _indexes(path: Path) -> list[str]:
-    with sqlite3.connect(path) as conn:
-        rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'").fetchall()
-    return sorted(r[0] for r in rows)
-
-
-def test_an_inbox_of_an_earlier_version_loses_its_indexes_once_empty(world: Ledgered) -> None:
-    path = inbox_path(world.file)
-    with sqlite3.connect(path) as conn:
+def test_the_sqlite_inbox_of_an_earlier_version_is_decided_at_start_then_removed(
+    world: Ledgered,
+) -> None:
+    old = old_inbox_path(world.file)
+    assert old.name == "ledger.inbox.db"
+    with sqlite3.connect(old) as conn:
         conn.executescript(OLD_SCHEMA)
-        d = delivery(1)
-        conn.execute(
-            "INSERT INTO inbox (delivery, digest, name, form, body, at) VALUES (?, ?, ?, 0, ?, 0)",
-            (d.delivery, d.digest, d.name, d.body),
-        )
-    assert _indexes(path) == ["inbox_by_digest", "sqlite_autoindex_inbox_1"]
-    inbox = world.inbox()  # a row waits: the table stays as it is, its digest index goes
-    assert _indexes(path) == ["sqlite_autoindex_inbox_1"]
-    assert inbox.start() == 1
+        for d in (delivery(1), delivery(2)):
+            conn.execute(
+                "INSERT INTO inbox (delivery, digest, name, form, body, at) "
+                "VALUES (?, ?, ?, 0, ?, 0)",
+                (d.delivery, d.digest, d.name, d.body),
+            )
+    conn.close()
+    inbox = world.inbox()
+    assert inbox.start() == 2  # before it returns, both are in the ledger
     try:
-        assert submit_all(inbox, [delivery(1), delivery(2)]) == [True, False]
+        assert sorted(world.events()) == ["d-1", "d-2"]
+        assert not old.exists() and not Path(f"{old}-wal").exists()
+        assert submit_all(inbox, [delivery(1), delivery(3)]) == [True, False]
         assert inbox.settle(10)
     finally:
         inbox.stop()
-    assert sorted(world.events()) == ["d-1", "d-2"]
-    world.inbox().stop()  # empty now: made again without the unique index
-    assert _indexes(path) == []
+    assert sorted(world.events()) == ["d-1", "d-2", "d-3"]
+    assert "[REDACTED]" in str(world.events()["d-1"].event.details)
 
 
 def test_what_a_killed_process_left_in_the_inbox_is_decided_on_start(world: Ledgered) -> None:
-    # a process acknowledged two deliveries and died before deciding them: its rows
-    path = inbox_path(world.file)
-    inbox = world.inbox()
-    inbox._conn.executemany(
-        "INSERT INTO inbox (delivery, digest, name, form, body, at) VALUES (?, ?, ?, 0, ?, 0)",
-        [(d.delivery, d.digest, d.name, d.body) for d in (delivery(1), delivery(2))],
-    )
-    inbox.stop()  # never started: closes only
+    left_by_a_killed_process(world, [delivery(1), delivery(2)])
     assert world.events() == {}
+    assert held(world) == ["d-1", "d-2"]
 
     again = world.inbox()
     assert again.start() == 2  # before it returns, both are in the ledger
     try:
         assert sorted(world.events()) == ["d-1", "d-2"]
+        assert list(again.rows()) == []
     finally:
         again.stop()
-    assert sqlite3.connect(path).execute("SELECT count(*) FROM inbox").fetchone() == (0,)
+    assert held(world) == []
 
 
-def test_a_row_decided_before_the_crash_is_recorded_once(world: Ledgered) -> None:
+def test_a_record_decided_before_the_crash_is_recorded_once(world: Ledgered) -> None:
     inbox = world.inbox()
     inbox.start()
     try:
@@ -228,15 +244,8 @@ def test_a_row_decided_before_the_crash_is_recorded_once(world: Ledgered) -> Non
         assert inbox.settle(10)
     finally:
         inbox.stop()
-    # the crash came between the ledger's commit and the row's deletion
-    d = delivery(1)
-    conn = sqlite3.connect(inbox_path(world.file))
-    conn.execute(
-        "INSERT INTO inbox (delivery, digest, name, form, body, at) VALUES (?, ?, ?, 0, ?, 0)",
-        (d.delivery, d.digest, d.name, d.body),
-    )
-    conn.commit()
-    conn.close()
+    # the crash came between the ledger's commit and the zeroing of its record
+    left_by_a_killed_process(world, [delivery(1)])
     again = world.inbox()
     assert again.start() == 1
     again.stop()
@@ -244,16 +253,21 @@ def test_a_row_decided_before_the_crash_is_recorded_once(world: Ledgered) -> Non
 
 
 def test_no_unredacted_text_stays_in_the_inbox_files(world: Ledgered) -> None:
-    inbox = world.inbox()
+    inbox = world.inbox(segment_bytes=64 * 1024)  # a few deliveries a segment: several
     inbox.start()
     try:
-        submit_all(inbox, [delivery(n) for n in range(1, 30)])
+        for n in range(1, 30, 2):  # groups of two
+            submit_all(inbox, [delivery(n), delivery(n + 1)])
+        submit_all(inbox, [delivery(n) for n in range(100, 120)])  # a group of its own size
         assert inbox.settle(10)
     finally:
         inbox.stop()
-    path = inbox_path(world.file)
-    files = [p for p in path.parent.iterdir() if p.name.startswith(path.name)]
-    assert path in files
+    folder = inbox_path(world.file)
+    files = list(folder.iterdir())
+    assert files
+    for file in [*files, *world.file.parent.iterdir()]:
+        if file.is_file() and file.name.startswith("ledger.inbox"):
+            assert SECRET_WORD.encode() not in file.read_bytes(), file.name
     for file in files:
         assert SECRET_WORD.encode() not in file.read_bytes(), file.name
 
@@ -372,26 +386,36 @@ def test_requests_waiting_only_for_the_disk_leave_the_processor_to_the_translato
         inbox.stop()
 
 
-def test_once_the_stream_pauses_the_log_of_the_inbox_holds_no_body(
+def test_while_serving_a_decided_body_is_zeroed_and_a_pause_gives_back_the_spares(
     world: Ledgered, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(inbox_module, "CHECKPOINT_S", 0.1)
-    inbox = world.inbox()
+    monkeypatch.setattr(inbox_module, "IDLE_S", 0.1)
+    inbox = world.inbox(segment_bytes=64 * 1024)
     inbox.start()
+    folder = inbox_path(world.file)
     try:
-        submit_all(inbox, [delivery(n) for n in range(1, 30)])
+        inbox.request_in()  # a burst, decided once it ends: it takes many segments
+        for n in range(1, 60, 2):
+            submit_all(inbox, [delivery(n), delivery(n + 1)])
+        assert len(list(folder.iterdir())) > segments_module.SPARES + 1
+        inbox.request_out()
         assert inbox.settle(10)
-        log_file = Path(f"{inbox_path(world.file)}-wal")
         deadline = time.monotonic() + 5
-        while SECRET_WORD.encode() in log_file.read_bytes() and time.monotonic() < deadline:
+        while len(list(folder.iterdir())) > segments_module.SPARES + 1:
+            assert time.monotonic() < deadline, "the spare segments were not removed"
             time.sleep(0.05)
-        assert SECRET_WORD.encode() not in log_file.read_bytes()  # while still serving
-        assert log_file.stat().st_size == 0  # emptied, not only overwritten
+        for file in folder.iterdir():  # while still serving
+            assert SECRET_WORD.encode() not in file.read_bytes(), file.name
+        submit_all(inbox, [delivery(100)])  # one more: zeroed once decided, as a trickle is
+        assert inbox.settle(10)
+        for file in folder.iterdir():
+            assert SECRET_WORD.encode() not in file.read_bytes(), file.name
+        assert inbox.stats.decided == 61
     finally:
         inbox.stop()
 
 
-def test_with_a_sync_rows_are_deleted_only_once_the_ledgers_log_is_synced(
+def test_with_a_sync_records_are_released_only_once_the_ledgers_log_is_synced(
     world: Ledgered,
 ) -> None:
     calls: list[bool] = []

@@ -4,7 +4,9 @@
 The disk fills for real as far as SQLite can tell: the server's own ledger connection
 gets ``PRAGMA max_page_count`` at its present size, so the next write that needs a new
 page fails with ``SQLITE_FULL`` ("database or disk is full"), the very error a full
-file system gives. Raising the cap again is freeing space.
+file system gives. The webhook inbox writes over segments filled beforehand and needs
+space only for a new segment: its cap (``max_bytes``) at its present size makes that
+fail with ``ENOSPC``, as a full disk does. Raising the caps again is freeing space.
 """
 
 from __future__ import annotations
@@ -46,18 +48,28 @@ def body(tag: str) -> bytes:
 
 
 def set_disk_pages(live: Live, pages: int | None) -> None:
-    """Cap the server's ledger and its webhook inbox (files on the same disk) at
-    ``pages`` pages each (None: their present size)."""
+    """Cap the server's ledger at ``pages`` pages and its webhook inbox (files on the
+    same disk) at its present size (None), or lift the inbox's cap (a number)."""
     store = live.hub.store
     assert isinstance(store, SqliteStore)
     inbox = live.running.inbox
     assert inbox is not None
     with store._lock:
-        for conn in (store._conn, inbox._conn):
-            cap = pages
-            if cap is None:
-                (cap,) = conn.execute("PRAGMA page_count").fetchone()
-            conn.execute(f"PRAGMA max_page_count={cap}")
+        cap = pages
+        if cap is None:
+            (cap,) = store._conn.execute("PRAGMA page_count").fetchone()
+        store._conn.execute(f"PRAGMA max_page_count={cap}")
+    segments = inbox._log
+    segments.max_bytes = sum(p.stat().st_size for p in segments.files()) if pages is None else None
+
+
+def big_body(tag: str) -> bytes:
+    """A delivery of about 200 KiB (GitHub allows 25 MB): the inbox's room, filled
+    beforehand, is used up in a few dozen."""
+    payload = json.loads(BODY)
+    payload["issue"]["updated_at"] = tag
+    payload["issue"]["body"] = "a long description " * 10_000
+    return json.dumps(payload).encode()
 
 
 def delivery_ids(live: Live) -> set[str]:
@@ -114,9 +126,9 @@ def test_a_full_disk_is_a_503_in_one_line_and_healthz_says_why(tmp_path: Path) -
         set_disk_pages(live, None)
         acked = {"before"}
         answers: list[int] = []
-        for i in range(50):  # a few may still fit in the last page
+        for i in range(200):  # the inbox takes them while its last segment has room
             delivery = f"full-{i}"
-            resp = post(live.url, "issues", body(delivery), delivery=delivery)
+            resp = post(live.url, "issues", big_body(delivery), delivery=delivery)
             answers.append(resp.status_code)
             if resp.status_code == 200:
                 acked.add(delivery)
@@ -130,7 +142,7 @@ def test_a_full_disk_is_a_503_in_one_line_and_healthz_says_why(tmp_path: Path) -
         assert health.status_code == 503
         doc = health.json()
         assert doc["ok"] is False
-        assert doc["ledger"] == "not writable: OperationalError: database or disk is full"
+        assert doc["ledger"] == "not writable: OSError: [Errno 28] No space left on device"
         assert doc["since"].startswith(time.strftime("%Y-", time.gmtime()))
 
         order = {"id": "o-1", "type": "order.paid", "details": {"lines": ["item"] * 4000}}
@@ -140,7 +152,7 @@ def test_a_full_disk_is_a_503_in_one_line_and_healthz_says_why(tmp_path: Path) -
         lines = [r.getMessage() for r in seen.records if "not recorded" in r.getMessage()]
         assert lines == [
             f"webhook full-{len(answers) - 1} (issues) not recorded (answered 503): "
-            "OperationalError: database or disk is full",
+            "OSError: [Errno 28] No space left on device",
             "event 'o-1' of source 'shop' not recorded (answered 503): "
             "OperationalError: database or disk is full",
         ]
@@ -189,8 +201,8 @@ def test_healthz_is_ok_again_only_after_a_write_appends(tmp_path: Path) -> None:
     """A commit that appends nothing (a quiet tick) proves nothing about the disk."""
     with live_server(tmp_path / "h", RULES, env=ENV, start_worker=False) as live:
         set_disk_pages(live, None)
-        for i in range(50):
-            if post(live.url, "issues", body(f"d-{i}"), delivery=f"d-{i}").status_code == 503:
+        for i in range(200):
+            if post(live.url, "issues", big_body(f"d-{i}"), delivery=f"d-{i}").status_code == 503:
                 break
         assert httpx.get(f"{live.url}/healthz").status_code == 503
         live.hub.tick()  # commits, but appends no fact
