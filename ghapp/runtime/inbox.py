@@ -143,7 +143,7 @@ class _Ack:
     future: asyncio.Future[bool]
 
 
-_FLUSH = object()  # asks the writer to commit the deletions it holds
+_FLUSH = object()  # asks the writer to release the decided records it holds
 _STOP = object()
 
 
@@ -181,7 +181,7 @@ class Inbox:
         self.max_batch = max_batch
         self.gather_s = gather_s
         self.sync = sync  # makes the ledger's relaxed commits durable (None: none relaxed)
-        self._unsynced: list[int] = []  # rows decided by relaxed commits, not synced yet
+        self._unsynced: list[int] = []  # records decided by relaxed commits, not synced yet
         self._unsynced_since = 0.0
         self._sync_failures = 0
         self._sync_retry_at = 0.0
@@ -199,7 +199,7 @@ class Inbox:
         self._cv = threading.Condition()
         self._deletes: list[int] = []
         self._deletes_lock = threading.Lock()
-        self._waiting = 0  # rows in the inbox (the writer's and the translator's view)
+        self._waiting = 0  # records in the inbox (the writer's and the translator's view)
         self._commits = 0
         self._tidied = 0  # self._commits when the writer last emptied the log
         self._stopping = False
@@ -256,7 +256,7 @@ class Inbox:
                 while not self._decide(chunk):
                     time.sleep(0.5)  # the ledger cannot append: nothing is served until it can
                 self._delete_now([r.rowid for r in chunk])
-            self._log.tidy()
+        self._log.start()  # (what was emptied is zeroed or removed before it returns)
         self._started = True
         self._writer.start()
         self._translator.start()
@@ -323,7 +323,7 @@ class Inbox:
         return len(self._todo)
 
     def settle(self, timeout: float = 10.0) -> bool:
-        """Wait until every acknowledged delivery is decided and its row deleted (tests,
+        """Wait until every acknowledged delivery is decided and its record released (tests,
         benches)."""
         deadline = time.monotonic() + timeout
         with self._cv:
@@ -441,7 +441,7 @@ class Inbox:
             self._held_digests.add(item.digest)
 
     def _forget(self, rowids: list[int]) -> None:
-        """Rows deleted (committed): no longer in the inbox."""
+        """Records released: no longer in the inbox."""
         for rowid in rowids:
             held = self._held.pop(rowid, None)
             if held is not None:
@@ -592,7 +592,7 @@ class Inbox:
                 if not self._todo and self._stopping:
                     self._sync_decided()
                     return
-                if not self._todo:  # only rows to sync (the last try failed): soon again
+                if not self._todo:  # only records to sync (the last try failed): soon again
                     self._cv.wait(max(0.01, self._sync_retry_at - time.monotonic()))
                     continue
                 # Each durable batch is a ledger commit, an fsync beside the inbox's:
@@ -633,14 +633,14 @@ class Inbox:
                     self._q.put(_FLUSH)
             elif self._stopping:
                 self._sync_decided()
-                return  # the rows stay in the inbox: the next start records them
+                return  # the records stay in the inbox: the next start decides them
             else:
                 failures += 1
                 self._halt.wait(0.05 * 2 ** min(failures, 5))  # at most 1.6 s apart
 
     def _sync_decided(self) -> None:
-        """Sync the ledger's log, then hand the rows its relaxed commits decided to the
-        writer for deletion; if it cannot be synced, they stay (decided again after a
+        """Sync the ledger's log, then hand the records its relaxed commits decided to the
+        writer to release; if it cannot be synced, they stay (decided again after a
         crash: duplicates, recorded once)."""
         if not self._unsynced or self.sync is None:
             return
@@ -650,7 +650,7 @@ class Inbox:
             self._sync_failures += 1
             if self._sync_failures == 1:
                 log.warning(
-                    "the ledger's log cannot be synced (%s): the rows it decided stay in "
+                    "the ledger's log cannot be synced (%s): the records it decided stay in "
                     "the inbox until it can",
                     exc,
                 )
@@ -692,7 +692,7 @@ class Inbox:
 
     def _decide(self, batch: list[Received], *, polite: bool = False) -> bool:
         """Translate, redact and decide ``batch`` in one ledger transaction; False when the
-        ledger cannot append (the rows stay, to be tried again)."""
+        ledger cannot append (the records stay, to be tried again)."""
         self._bodies(batch)
         slug, app_id = self.identity()
         found: list[Event | None] = []  # per input: the event it records (None: ignored)
@@ -705,7 +705,7 @@ class Inbox:
                 events, made = inputs_for(
                     item.name, item.delivery, payload, item.digest, app_slug=slug, app_id=app_id
                 )
-            except Exception as exc:  # checked at the ack: only a damaged row gets here
+            except Exception as exc:  # checked at the ack: only a damaged record gets here
                 log.error(
                     "inbox record %d (%s) cannot be read, dropped: %s", item.rowid, item.name, exc
                 )

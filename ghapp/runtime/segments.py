@@ -2,12 +2,12 @@
 
 The webhook inbox (:mod:`ghapp.runtime.inbox`) acknowledges a delivery once its raw body
 is durable. Here is where it goes: a folder beside the ledger (``ledger.inbox/``) of
-segment files, each :data:`SEGMENT_BYTES` long and written full of zeros (and synced)
-before its first record. A group of deliveries is one ``pwritev`` at the segment's end
-of data and one ``fdatasync``. Writing over blocks the file already has changes no size
-and allocates nothing, so the sync flushes the data and the drive's cache, not the
-file system's journal too (measured, bench/README.md: a file that grows with each group
-was slower than SQLite's log; written over zeros, 10% faster).
+segment files, each written full of zeros (and synced) before its first record. A
+group of deliveries is one ``pwritev`` at the segment's end of data and one
+``fdatasync``. Writing over blocks the file already has changes no size and allocates
+nothing, so the sync flushes the data and the drive's cache, not the file system's
+journal too (measured, bench/README.md: a file that grows with each group was slower
+than SQLite's log; written over zeros, 10% faster).
 
 **A record** is a header (a magic word, the payload's length, a sequence number, and an
 ``xxh3_64`` checksum of the payload seeded with that number), then the payload: when it
@@ -21,40 +21,52 @@ sequence number that does not rise (a record left from before the segment was ze
 whose zeros the crash kept from the disk). What it finds is decided again; a record
 decided before the crash is a duplicate for the kernel, recorded once.
 
-**Deleting** is zeroing: once every record of a segment is decided (and the ledger's log
-synced, see the inbox), the bytes it used are overwritten with zeros, so unredacted text
-does not stay in the files, and the segment is used again from its start. The last
-segment is zeroed the same way once its records are all decided, so a trickle of
-deliveries leaves nothing behind either. At most :data:`SPARES` zeroed segments are kept
-for the next burst; the rest are removed once the stream pauses. A group larger than a
-segment gets a segment of its own size, removed once decided.
+**Deleting** comes once every record of a segment is decided (and the ledger's log
+synced, see the inbox): the segment is overwritten with zeros and synced, a MiB at a
+time, by a thread of its own, and kept for the next burst, up to :data:`SPARE_BYTES` of
+them; past that it is truncated and removed. Either way unredacted text does not stay in
+the files. The segment written to now is zeroed by the writer as soon as its records
+are all decided, while it is small (:data:`INLINE_ZERO`: a trickle of deliveries), and
+written again from its start. The first segment is small (:data:`FIRST_BYTES`), each
+one made after it twice the last, up to :data:`SEGMENT_BYTES`: a home that gets a few
+webhooks an hour holds one small file, a busy one a few large ones. Once the stream has
+filled a segment, the thread keeps :data:`READY` segments made ahead of need, so the
+ack path rarely waits for zeros to be written. A group larger than a segment gets one
+of its own size.
 
-One thread appends, releases and tidies (the inbox's writer); another reads bodies back
-(:meth:`SegmentLog.body`, of records not released yet: their segment stays open).
+One thread appends and releases (the inbox's writer), another reads bodies back
+(:meth:`SegmentLog.body`, of records not released yet: their segment stays open), and
+the segments' own thread zeroes, removes and makes segments.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import struct
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 import xxhash
 
-__all__ = ["SEGMENT_BYTES", "Entry", "Record", "SegmentLog", "segments_path"]
+__all__ = ["SEGMENT_BYTES", "SPARE_BYTES", "Entry", "Record", "SegmentLog", "segments_path"]
 
-SEGMENT_BYTES = 8 << 20  # a segment's size: about 480 deliveries of the bench's mix
-# Zeroed segments kept while the stream pauses (64 MiB; the rest are removed): the next
-# burst writes over them instead of filling new ones with zeros first.
-SPARES = 8
+SEGMENT_BYTES = 8 << 20  # the largest segment: about 480 deliveries of the bench's mix
+# Zeroed segments kept while the stream pauses (at most SPARE_BYTES; the rest are
+# removed): the next burst writes over them instead of filling new ones with zeros.
+SPARE_BYTES = 64 << 20
+FIRST_BYTES = 1 << 20  # the first segment's size; each one made after is twice the last
+READY = 2  # zeroed segments made ahead of need, once the stream has filled one
+INLINE_ZERO = 256 << 10  # the last segment's records, zeroed by the writer up to this size
 SUFFIX = ".seg"
 MAGIC = b"AIR1"
 _HEAD = struct.Struct("<4sIQQ")  # magic, payload length, sequence number, checksum
 _META = struct.Struct("<dIIIB")  # acknowledged at, len(name), len(delivery), len(digest), form
 _ZEROS = bytes(1 << 20)
+log = logging.getLogger("autoloop.inbox")
 _MB = 1 << 20
 try:
     _IOV_MAX = max(16, os.sysconf("SC_IOV_MAX"))
@@ -147,23 +159,41 @@ def scan(data: bytes | memoryview, after: int = 0) -> tuple[list[tuple[Record, i
 
 
 class SegmentLog:
-    """The segments of one inbox folder (see the module's text)."""
+    """The segments of one inbox folder (see the module's text).
 
-    def __init__(self, folder: Path, *, segment_bytes: int = SEGMENT_BYTES) -> None:
+    The writer thread appends and releases; the translator reads bodies; a thread of
+    its own (:meth:`start`) zeroes and syncs emptied segments and fills new ones with
+    zeros ahead of need, so that neither waits for that in the ack path.
+    """
+
+    def __init__(
+        self,
+        folder: Path,
+        *,
+        segment_bytes: int = SEGMENT_BYTES,
+        spare_bytes: int = SPARE_BYTES,
+    ) -> None:
         self.folder = folder
-        self.segment_bytes = segment_bytes
-        self._all: list[_Segment] = []
-        self._free: list[_Segment] = []  # zeroed, none of their bytes used
-        self._current: _Segment | None = None
+        self.segment_bytes = segment_bytes  # the largest a segment is made (but for a group)
+        self.spare_bytes = spare_bytes
+        self._next_bytes = min(FIRST_BYTES, segment_bytes)
+        self._rolled = False  # a segment was filled: keep READY made ahead from then on
+        self._lock = threading.Lock()
+        self._work = threading.Condition(self._lock)  # wakes the maintenance thread
+        self._all: list[_Segment] = []  # every open segment   (these four: under _lock)
+        self._free: list[_Segment] = []  # zeroed and synced, none of their bytes used
+        self._emptied: list[_Segment] = []  # no live record left: to zero, or remove
+        self._current: _Segment | None = None  # where the writer appends
         self._where: dict[int, tuple[_Segment, int, int]] = {}  # seq -> segment, body at, length
-        self._emptied: list[_Segment] = []  # left with no live record, to be zeroed
         self._seq = 0
         self._names = 0
+        self._thread: threading.Thread | None = None
+        self._stopping = False
         # A cap on the files' total size, past which a new segment fails as on a full
         # disk (None: the disk's own limit; the full-disk tests set it).
         self.max_bytes: int | None = None
 
-    # -- opening ---------------------------------------------------------------------------
+    # -- opening, closing --------------------------------------------------------------------
 
     def open(self) -> list[Record]:
         """Open the folder (made if missing) and read back every record in it, in the
@@ -180,7 +210,7 @@ class SegmentLog:
             data = _read_all(fd, size)
             records, end = scan(data)
             # Bytes past the records that are not zeros (a torn group, an old record):
-            # the whole file is zeroed once its records are released.
+            # the whole file is zeroed (or removed) once its records are released.
             seg.used = end if data[end:] == bytes(size - end) else size
             for record, at, length in records:
                 found.append((record, seg, at, length))
@@ -189,11 +219,35 @@ class SegmentLog:
             seg.live += 1
             self._where[record.seq] = (seg, at, length)
             self._seq = max(self._seq, record.seq)
-        for seg in self._all:
-            if seg.live == 0:
-                self._emptied.append(seg)
-        self._recycle()
+        self._emptied = [seg for seg in self._all if seg.live == 0]
         return [f[0] for f in found]
+
+    def start(self) -> None:
+        """Zero or remove what :meth:`open` found emptied, then keep doing it (and keep
+        segments ready) in a thread of its own."""
+        self.maintain()
+        self._thread = threading.Thread(
+            target=self._maintain_loop, name="inbox-segments", daemon=True
+        )
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop the thread, zero or remove what is emptied, sync, close."""
+        with self._work:
+            self._stopping = True
+            self._work.notify_all()
+        if self._thread is not None:
+            self._thread.join(30)
+        with contextlib.suppress(OSError):
+            self.maintain(ready=0)
+        for seg in self._all:
+            if seg.unsynced:
+                with contextlib.suppress(OSError):
+                    self.sync(seg)
+            with contextlib.suppress(OSError):
+                os.close(seg.fd)
+        self._all, self._free, self._emptied, self._current = [], [], [], None
+        self._where.clear()
 
     # -- appending -------------------------------------------------------------------------
 
@@ -229,30 +283,41 @@ class SegmentLog:
         cur = self._current
         if cur is not None and cur.used + total <= cur.size:
             return cur
-        if cur is not None and cur.live == 0:  # (empty: zeroed already) take it again
+        with self._work:
+            if cur is not None:
+                self._rolled = True
+                if cur.live == 0:  # full of released records: the thread's now
+                    self._emptied.append(cur)
             self._current = None
-            if cur.size == self.segment_bytes:
-                self._free.append(cur)
-            else:
-                self._remove(cur)
-        if total > self.segment_bytes:  # a segment of its own, removed once released
-            seg = self._create(-(-total // _MB) * _MB)
-        else:
-            seg = self._free.pop() if self._free else self._create(self.segment_bytes)
+            seg = next((f for f in reversed(self._free) if f.size >= total), None)
+            if seg is not None:
+                self._free.remove(seg)
+            self._work.notify_all()  # (ready segments taken, or one emptied)
+        if seg is None:  # none ready (or a group larger than a segment): made here
+            size = self._grow()
+            seg = self._create(size if total <= size else -(-total // _MB) * _MB)
         self._current = seg
         return seg
 
+    def _grow(self) -> int:
+        """The size of the next segment made: the first small, each twice the last, up
+        to :attr:`segment_bytes` (a trickle of deliveries never needs more than one)."""
+        with self._lock:
+            size = self._next_bytes
+            self._next_bytes = min(self.segment_bytes, size * 2)
+        return size
+
     def _create(self, size: int) -> _Segment:
-        held = sum(s.size for s in self._all)
-        if self.max_bytes is not None and held + size > self.max_bytes:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # as a full disk says
-        self._names += 1
-        path = self.folder / f"{self._names:08d}{SUFFIX}"
+        """A new segment, written full of zeros and synced (its blocks its own)."""
+        with self._lock:
+            held = sum(s.size for s in self._all)
+            if self.max_bytes is not None and held + size > self.max_bytes:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # as a full disk says
+            self._names += 1
+            path = self.folder / f"{self._names:08d}{SUFFIX}"
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         try:
-            written = 0
-            while written < size:  # blocks of the file's own, written once
-                written += os.pwrite(fd, _ZEROS[: min(len(_ZEROS), size - written)], written)
+            _zero_range(fd, size, sync_each=False)
             os.fdatasync(fd)
             _sync_folder(self.folder)
         except OSError:
@@ -261,7 +326,8 @@ class SegmentLog:
                 path.unlink()
             raise
         seg = _Segment(path, fd, size)
-        self._all.append(seg)
+        with self._lock:
+            self._all.append(seg)
         return seg
 
     # -- reading, releasing ------------------------------------------------------------------
@@ -275,9 +341,12 @@ class SegmentLog:
         return seq in self._where
 
     def release(self, seqs: list[int]) -> None:
-        """These records are decided (and the ledger synced): forget them, and zero each
-        segment left with none. Raises OSError when zeroing fails (tried again at the next
-        release or :meth:`tidy`; the records are forgotten either way)."""
+        """These records are decided (and the ledger synced): forget them. A segment left
+        with none is zeroed: the one written to now here, when what it used is small (a
+        trickle: it is written again from its start); any other by the thread of its
+        own. Raises OSError when zeroing here fails (the records are forgotten; the
+        segment is zeroed once it is left)."""
+        emptied: list[_Segment] = []
         for seq in seqs:
             where = self._where.pop(seq, None)
             if where is None:
@@ -285,70 +354,119 @@ class SegmentLog:
             seg = where[0]
             seg.live -= 1
             if seg.live == 0:
-                self._emptied.append(seg)
-        self._recycle()
-
-    def _recycle(self) -> None:
-        while self._emptied:
-            seg = self._emptied[-1]
-            if seg.live == 0 and seg in self._all:
-                self._zero(seg)  # (an error leaves it in the list: tried again)
-                if seg.size != self.segment_bytes:  # a group's own: removed
-                    if seg is self._current:
-                        self._current = None
-                    self._remove(seg)
-                elif seg is not self._current:
-                    self._free.append(seg)
-            self._emptied.pop()
-
-    def _zero(self, seg: _Segment) -> None:
-        if seg.used == 0:
+                emptied.append(seg)
+        if not emptied:
             return
-        written = 0
-        while written < seg.used:
-            written += os.pwrite(seg.fd, _ZEROS[: min(len(_ZEROS), seg.used - written)], written)
-        seg.used = 0
-        seg.unsynced = True
+        cur = self._current
+        if (
+            cur is not None
+            and cur in emptied
+            and cur.used <= INLINE_ZERO
+            and cur.size <= self.segment_bytes
+        ):
+            emptied.remove(cur)
+            _zero_range(cur.fd, cur.used, sync_each=False)
+            cur.used = 0
+            cur.unsynced = True  # (synced with the next group, or at the pause)
+        with self._work:
+            for seg in emptied:
+                if seg is self._current:
+                    self._current = None  # (a large one: the next group takes another)
+                self._emptied.append(seg)
+            self._work.notify_all()
+
+    # -- the thread of its own ---------------------------------------------------------------
+
+    def _maintain_loop(self) -> None:
+        failing = False
+        while True:
+            with self._work:
+                while not self._stopping and not self._maintenance_due():
+                    self._work.wait(1.0)
+                if self._stopping:
+                    return
+            try:
+                self.maintain()
+            except OSError as exc:  # (a full disk: the ack path answers 503 meanwhile)
+                if not failing:
+                    log.warning("inbox segments cannot be made or zeroed: %s (tried again)", exc)
+                failing = True
+                with self._work:
+                    self._work.wait(1.0)
+            else:
+                if failing:
+                    log.info("inbox segments are made and zeroed again")
+                failing = False
+
+    def _maintenance_due(self) -> bool:
+        return bool(self._emptied) or (self._rolled and len(self._free) < READY)
+
+    def maintain(self, ready: int = READY) -> None:
+        """Zero and sync each emptied segment kept as a spare (at most
+        :attr:`spare_bytes` of them), remove the others (truncated: their text is in no
+        file), and, once the stream has filled a segment, make segments until ``ready``
+        wait for the writer."""
+        while True:
+            with self._lock:
+                seg = next((s for s in self._emptied if s.live == 0), None)
+                if seg is None:
+                    self._emptied = [s for s in self._emptied if s.live == 0]
+                    break
+                self._emptied.remove(seg)
+                spare = sum(f.size for f in self._free)
+                keep = seg.size <= self.segment_bytes and spare + seg.size <= self.spare_bytes
+            if keep:
+                _zero_range(seg.fd, seg.used, sync_each=True)
+                seg.used = 0
+                os.fdatasync(seg.fd)
+                seg.unsynced = False
+                with self._lock:
+                    self._free.append(seg)
+            else:
+                self._remove(seg)
+        while self._rolled and len(self._free) < ready and not self._stopping:
+            seg = self._create(self._grow())
+            with self._lock:
+                self._free.append(seg)
 
     def _remove(self, seg: _Segment) -> None:
-        with contextlib.suppress(ValueError):
-            self._all.remove(seg)
-        with contextlib.suppress(ValueError):
-            self._free.remove(seg)
+        with self._lock:
+            with contextlib.suppress(ValueError):
+                self._all.remove(seg)
+            with contextlib.suppress(ValueError):
+                self._free.remove(seg)
         with contextlib.suppress(OSError):
             os.ftruncate(seg.fd, 0)
-        os.close(seg.fd)
+        with contextlib.suppress(OSError):
+            os.close(seg.fd)
         with contextlib.suppress(OSError):
             seg.path.unlink()
 
     def tidy(self) -> None:
-        """The stream paused: sync the zeros written since the last sync, and remove the
-        spare segments past :data:`SPARES`."""
-        with contextlib.suppress(OSError):
-            self._recycle()
-        for seg in list(self._all):
-            if seg.unsynced:
-                with contextlib.suppress(OSError):
-                    self.sync(seg)
-        while len(self._free) > SPARES:
-            self._remove(self._free.pop(0))
+        """The stream paused: sync the zeros written here since the last sync."""
+        cur = self._current
+        if cur is not None and cur.unsynced:
+            with contextlib.suppress(OSError):
+                self.sync(cur)
 
     def waiting(self) -> int:
         """Records not released yet."""
         return len(self._where)
 
     def files(self) -> list[Path]:
-        return [s.path for s in self._all]
+        with self._lock:
+            return [s.path for s in self._all]
 
-    def close(self) -> None:
-        for seg in self._all:
-            if seg.unsynced:
-                with contextlib.suppress(OSError):
-                    self.sync(seg)
-            with contextlib.suppress(OSError):
-                os.close(seg.fd)
-        self._all, self._free, self._current = [], [], None
-        self._where.clear()
+
+def _zero_range(fd: int, size: int, *, sync_each: bool) -> None:
+    """Write zeros over the first ``size`` bytes, a MiB at a time (synced after each
+    when ``sync_each``: the disk then never has more than a MiB of them to write at
+    once, beside the ack path's syncs)."""
+    written = 0
+    while written < size:
+        written += os.pwrite(fd, _ZEROS[: min(len(_ZEROS), size - written)], written)
+        if sync_each and written < size:
+            os.fdatasync(fd)
 
 
 def _read_all(fd: int, size: int) -> bytes:

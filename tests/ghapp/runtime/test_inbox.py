@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 
 from ghapp.runtime import inbox as inbox_module
-from ghapp.runtime import segments as segments_module
 from ghapp.runtime.hub import RedactingLedger
 from ghapp.runtime.inbox import Inbox, Received, inbox_path, old_inbox_path
 from ghapp.runtime.ledger import Outcome
@@ -386,31 +385,32 @@ def test_requests_waiting_only_for_the_disk_leave_the_processor_to_the_translato
         inbox.stop()
 
 
-def test_while_serving_a_decided_body_is_zeroed_and_a_pause_gives_back_the_spares(
-    world: Ledgered, monkeypatch: pytest.MonkeyPatch
+def test_while_serving_decided_bodies_are_zeroed_a_burst_and_a_trickle_alike(
+    world: Ledgered,
 ) -> None:
-    monkeypatch.setattr(inbox_module, "IDLE_S", 0.1)
     inbox = world.inbox(segment_bytes=64 * 1024)
     inbox.start()
     folder = inbox_path(world.file)
+
+    def no_secret_left() -> None:
+        deadline = time.monotonic() + 5
+        while any(SECRET_WORD.encode() in f.read_bytes() for f in folder.iterdir()):
+            assert time.monotonic() < deadline, "a decided body stays in the inbox's files"
+            time.sleep(0.02)
+
     try:
         inbox.request_in()  # a burst, decided once it ends: it takes many segments
         for n in range(1, 60, 2):
             submit_all(inbox, [delivery(n), delivery(n + 1)])
-        assert len(list(folder.iterdir())) > segments_module.SPARES + 1
+        assert len(list(folder.iterdir())) > 3
         inbox.request_out()
         assert inbox.settle(10)
-        deadline = time.monotonic() + 5
-        while len(list(folder.iterdir())) > segments_module.SPARES + 1:
-            assert time.monotonic() < deadline, "the spare segments were not removed"
-            time.sleep(0.05)
-        for file in folder.iterdir():  # while still serving
-            assert SECRET_WORD.encode() not in file.read_bytes(), file.name
-        submit_all(inbox, [delivery(100)])  # one more: zeroed once decided, as a trickle is
-        assert inbox.settle(10)
-        for file in folder.iterdir():
-            assert SECRET_WORD.encode() not in file.read_bytes(), file.name
-        assert inbox.stats.decided == 61
+        no_secret_left()  # while still serving
+        for n in range(100, 105):  # one at a time, each decided before the next
+            submit_all(inbox, [delivery(n)])
+            assert inbox.settle(10)
+            no_secret_left()
+        assert inbox.stats.decided == 65
     finally:
         inbox.stop()
 

@@ -128,10 +128,10 @@ def test_released_records_are_zeroed_and_the_segment_used_again(tmp_path: Path) 
     log.close()
 
 
-def test_a_stream_rolls_over_segments_and_a_pause_leaves_at_most_the_spares(
+def test_a_stream_rolls_over_segments_and_keeps_at_most_its_spares_zeroed(
     tmp_path: Path,
 ) -> None:
-    log = SegmentLog(tmp_path / "in", segment_bytes=16 * KB)
+    log = SegmentLog(tmp_path / "in", segment_bytes=16 * KB, spare_bytes=32 * KB)
     log.open()
     pairs = [[entry(2 * n, size=2000), entry(2 * n + 1, size=2000)] for n in range(40)]
     seqs = [s for pair in pairs for s in write(log, pair)]
@@ -141,8 +141,32 @@ def test_a_stream_rolls_over_segments_and_a_pause_leaves_at_most_the_spares(
     assert [r.seq for r in records] == seqs  # in order across segments
 
     log.release(seqs)
-    log.tidy()
-    assert len(log.files()) <= segments.SPARES + 1
+    log.maintain(ready=0)  # (what the segments' thread does)
+    assert len(log.files()) == 3  # two spares of 16 KiB, and the one written to now
+    assert all_zeros(tmp_path / "in")
+    assert write(log, [entry(100, size=9000)]) == [81]  # the last one, from its start
+    assert len(log.files()) == 3
+    log.close()
+
+
+def test_the_first_segment_is_small_and_each_one_made_after_twice_the_last(
+    tmp_path: Path,
+) -> None:
+    log = SegmentLog(tmp_path / "in")
+    log.open()
+    for n in range(1, 100):  # 20 MiB
+        write(log, [entry(n, size=200 * KB)])
+    sizes = [p.stat().st_size // (1024 * KB) for p in log.files()]
+    assert sizes[:4] == [1, 2, 4, 8] and set(sizes[4:]) == {8}  # MiB
+    log.close()
+
+
+def test_a_trickle_keeps_one_small_file_zeroed_between_deliveries(tmp_path: Path) -> None:
+    log = SegmentLog(tmp_path / "in")
+    log.open()
+    for n in range(1, 200):  # decided (released) before the next one comes
+        log.release(write(log, [entry(n, size=5000)]))
+    assert [p.stat().st_size for p in log.files()] == [1024 * KB]
     assert all_zeros(tmp_path / "in")
     log.close()
 
@@ -158,6 +182,7 @@ def test_a_group_larger_than_a_segment_gets_one_of_its_own_removed_once_released
     assert sizes == [16 * KB, 1024 * KB]  # rounded up to a MiB
     assert log.body(big[0]) == entry(2, size=40 * KB)[4]
     log.release(big)
+    log.maintain(ready=0)
     assert [p.stat().st_size for p in log.files()] == [16 * KB]
     log.close()
 
@@ -172,6 +197,7 @@ def test_past_its_size_limit_a_new_segment_is_refused_as_a_full_disk(tmp_path: P
         log.append([entry(3, size=12 * KB)], 1.0)
     assert err.value.errno == errno.ENOSPC
     log.release([1])  # space again: the first segment is zeroed and taken
+    log.maintain(ready=0)
     assert write(log, [entry(4, size=12 * KB)]) == [4]  # (3 was used by the refused one)
     log.close()
     _, records = reopen(tmp_path / "in", segment_bytes=16 * KB)
@@ -219,6 +245,7 @@ def test_after_a_crash_every_synced_record_not_released_is_read_back_whole(
         release = live[: int(len(live) * share)]
         before = {p: p.read_bytes() for p in log.files()}
         log.release(release)
+        log.maintain(ready=0)  # (what the segments' thread does, here at once)
         live = live[len(release) :]
     # the crash: a last group written and not synced, torn at random (sectors of it
     # zeros), and the process gone without closing anything
@@ -251,6 +278,7 @@ def test_after_a_crash_every_synced_record_not_released_is_read_back_whole(
         assert seq in bodies or seq == n + 1
     assert [r.seq for r in records] == sorted(got)
     again.release(list(got))
+    again.maintain(ready=0)
     again.tidy()
     assert all(not any(p.read_bytes()) for p in folder.iterdir())
     again.close()
