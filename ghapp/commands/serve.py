@@ -31,7 +31,7 @@ import uvicorn
 
 from ghapp.commands.home import Home, configure_logs, read_master_key, require_home, reset_logs
 from ghapp.runtime import crash
-from ghapp.runtime.inbox import Inbox, inbox_path
+from ghapp.runtime.inbox import Inbox, InboxError, inbox_path
 from ghapp.runtime.ingest import IngestQueue
 from ghapp.runtime.ledger import Outcome
 from ghapp.runtime.links import CardLinks
@@ -72,7 +72,11 @@ class Running:
         first: by the time this returns, every acknowledged delivery is in the ledger."""
         self.queue.start()
         if self.inbox is not None:
-            recovered = self.inbox.start()
+            try:
+                recovered = self.inbox.start()
+            except InboxError:
+                self.queue.stop()
+                raise
             if recovered:
                 self.notes.append(
                     f"{recovered} delivery(ies) acknowledged before a restart were recorded"
@@ -356,7 +360,14 @@ def main(argv: list[str]) -> int:
         sock.close()
         print(f"autoloop serve: {exc}", file=sys.stderr)
         return 2
-    running.start()
+    try:
+        running.start()
+    except InboxError as exc:
+        reset_logs()
+        sock.close()
+        ctx.store.close()
+        print(f"autoloop serve: {exc}", file=sys.stderr)
+        return 2
     config = http_config(
         create_app(running.server),
         host=args.host,

@@ -86,7 +86,7 @@ from ghapp.runtime.webhooks import (
 from kernel import inputs as k
 from kernel.model import Event
 
-__all__ = ["BACKLOG_MAX", "Inbox", "Received", "inbox_path", "old_inbox_path"]
+__all__ = ["BACKLOG_MAX", "Inbox", "InboxError", "Received", "inbox_path", "old_inbox_path"]
 
 log = logging.getLogger("autoloop.inbox")
 
@@ -119,6 +119,10 @@ def inbox_path(ledger_file: Path) -> Path:
 def old_inbox_path(ledger_file: Path) -> Path:
     """Where versions before the segments kept the inbox: ``ledger.inbox.db`` (SQLite)."""
     return ledger_file.with_name(ledger_file.stem + ".inbox" + (ledger_file.suffix or ".db"))
+
+
+class InboxError(Exception):
+    """The inbox's files cannot be opened (one line, for ``autoloop serve``)."""
 
 
 @dataclass(slots=True)
@@ -224,10 +228,19 @@ class Inbox:
 
     def open(self) -> list[Received]:
         """Open the inbox's files; what a previous process left in them (acknowledged,
-        maybe not decided), in the order it was appended."""
+        maybe not decided), in the order it was appended. :class:`InboxError` (one line)
+        when they cannot be opened or read."""
         if self._opened:
             return []
         self._opened = True
+        try:
+            found = self._log.open()
+        except OSError as exc:
+            raise InboxError(
+                f"the webhook inbox {self.path} cannot be opened: "
+                f"{exc.strerror or exc} ({type(exc).__name__}); it must be a folder "
+                "this user can write"
+            ) from exc
         recovered = [
             Received(
                 name=r.name,
@@ -237,7 +250,7 @@ class Inbox:
                 digest=r.digest,
                 rowid=r.seq,
             )
-            for r in self._log.open()
+            for r in found
         ]
         self._waiting = len(recovered)
         for r in recovered:

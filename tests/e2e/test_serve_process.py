@@ -236,6 +236,18 @@ def test_a_port_in_use_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert f"cannot listen on 127.0.0.1:{port}" in line
 
 
+def test_a_webhook_inbox_that_cannot_be_opened_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    init_home(home)
+    (home / "ledger.inbox").write_text("a file where the inbox's folder goes\n")
+    env = {"AUTOLOOP_GITHUB_WEBHOOK_SECRET": "0123456789abcdef0123456789abcdef"}
+    line = one_line(serve_once(env, "--port", str(free_port()), home=home))
+    assert line == (
+        f"autoloop serve: the webhook inbox {home / 'ledger.inbox'} cannot be opened: "
+        "File exists (FileExistsError); it must be a folder this user can write"
+    )
+
+
 @pytest.mark.parametrize("how", ["unset", "mistyped"])
 def test_serve_without_a_home_refuses_before_making_one(tmp_path: Path, how: str) -> None:
     user = tmp_path / "user"
