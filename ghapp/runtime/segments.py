@@ -197,7 +197,8 @@ class SegmentLog:
 
     def open(self) -> list[Record]:
         """Open the folder (made if missing) and read back every record in it, in the
-        order appended. They stay live until released."""
+        order appended, without their bodies (read one with :meth:`body`: a backlog
+        left by a crash is not held in memory at once). They stay live until released."""
         self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         found: list[tuple[Record, _Segment, int, int]] = []
         for path in sorted(self.folder.glob("*" + SUFFIX)):
@@ -213,7 +214,9 @@ class SegmentLog:
             # the whole file is zeroed (or removed) once its records are released.
             seg.used = end if data[end:] == bytes(size - end) else size
             for record, at, length in records:
+                record.body = b""  # (checked whole by the scan; read back when due)
                 found.append((record, seg, at, length))
+            del data, records
         found.sort(key=lambda f: f[0].seq)
         for record, seg, at, length in found:
             seg.live += 1
