@@ -419,9 +419,14 @@ class SegmentLog:
                 spare = sum(f.size for f in self._free)
                 keep = seg.size <= self.segment_bytes and spare + seg.size <= self.spare_bytes
             if keep:
-                _zero_range(seg.fd, seg.used, sync_each=True)
+                try:
+                    _zero_range(seg.fd, seg.used, sync_each=True)
+                    os.fdatasync(seg.fd)
+                except OSError:
+                    with self._lock:  # (its text stays until a later try zeroes it)
+                        self._emptied.append(seg)
+                    raise
                 seg.used = 0
-                os.fdatasync(seg.fd)
                 seg.unsynced = False
                 with self._lock:
                     self._free.append(seg)

@@ -205,6 +205,33 @@ def test_past_its_size_limit_a_new_segment_is_refused_as_a_full_disk(tmp_path: P
     assert [r.delivery for r in records] == ["d-2", "d-4"]
 
 
+def test_a_zeroing_that_fails_is_tried_again_and_nothing_is_left_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = SegmentLog(tmp_path / "in", segment_bytes=16 * KB)
+    log.open()
+    first = write(log, [entry(1, size=12 * KB)])
+    write(log, [entry(2, size=12 * KB)])  # the first segment is left for a second one
+    log.release(first)
+    real = os.pwrite
+    calls = {"n": 0}
+
+    def failing(fd: int, data: bytes, offset: int) -> int:
+        calls["n"] += 1
+        raise OSError(errno.EIO, "the disk is gone for a moment")
+
+    monkeypatch.setattr(segments.os, "pwrite", failing)  # the zeros are not written
+    with pytest.raises(OSError):
+        log.maintain(ready=0)
+    assert calls["n"] == 1
+    first_file = sorted(log.files())[0]
+    assert entry(1, size=12 * KB)[4] in first_file.read_bytes()
+    monkeypatch.setattr(segments.os, "pwrite", real)
+    log.maintain(ready=0)  # the next try zeroes it
+    assert not any(first_file.read_bytes())
+    log.close()
+
+
 # -- what a crash may leave, at random --------------------------------------------------
 
 
