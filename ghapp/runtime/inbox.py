@@ -203,7 +203,6 @@ class Inbox:
         self._cv = threading.Condition()
         self._deletes: list[int] = []
         self._deletes_lock = threading.Lock()
-        self._waiting = 0  # records in the inbox (the writer's and the translator's view)
         self._commits = 0
         self._tidied = 0  # self._commits when the writer last emptied the log
         self._stopping = False
@@ -252,7 +251,6 @@ class Inbox:
             )
             for r in found
         ]
-        self._waiting = len(recovered)
         for r in recovered:
             self._hold(r)
         return recovered
@@ -340,7 +338,7 @@ class Inbox:
         benches)."""
         deadline = time.monotonic() + timeout
         with self._cv:
-            while self._todo or self._busy_deciding or self._waiting > 0:
+            while self._todo or self._busy_deciding or self._log.waiting() > 0:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
@@ -549,7 +547,6 @@ class Inbox:
         self.stats.groups += 1
         self.stats.acked += len(fresh)
         self.stats.duplicates += dup.count(True)
-        self._waiting += len(fresh)
         if fresh:
             with self._cv:
                 for item in fresh:
@@ -585,7 +582,6 @@ class Inbox:
             self._log.release(rowids)
         except OSError as exc:
             log.warning("decided inbox records not zeroed yet (%s); tried again later", exc)
-        self._waiting -= len(rowids)  # (after the zeros: settle() waits for them too)
 
     # -- deciding -------------------------------------------------------------------------
 
@@ -759,7 +755,7 @@ class Inbox:
         """Once the stream pauses (nothing queued for :data:`IDLE_S`) with the inbox
         empty: sync the zeros written over decided records, remove the spare segments a
         backlog took, and give the memory it took back to the system."""
-        if self._commits == self._tidied or self._waiting > 0 or self._todo:
+        if self._commits == self._tidied or self._log.waiting() > 0 or self._todo:
             return
         self._tidied = self._commits
         self._log.tidy()

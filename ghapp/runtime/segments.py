@@ -349,34 +349,35 @@ class SegmentLog:
         trickle: it is written again from its start); any other by the thread of its
         own. Raises OSError when zeroing here fails (the records are forgotten; the
         segment is zeroed once it is left)."""
+        gone = [seq for seq in seqs if seq in self._where]
         emptied: list[_Segment] = []
-        for seq in seqs:
-            where = self._where.pop(seq, None)
-            if where is None:
-                continue
-            seg = where[0]
+        for seq in gone:
+            seg = self._where[seq][0]
             seg.live -= 1
             if seg.live == 0:
                 emptied.append(seg)
-        if not emptied:
-            return
-        cur = self._current
-        if (
-            cur is not None
-            and cur in emptied
-            and cur.used <= INLINE_ZERO
-            and cur.size <= self.segment_bytes
-        ):
-            emptied.remove(cur)
-            _zero_range(cur.fd, cur.used, sync_each=False)
-            cur.used = 0
-            cur.unsynced = True  # (synced with the next group, or at the pause)
-        with self._work:
-            for seg in emptied:
-                if seg is self._current:
-                    self._current = None  # (a large one: the next group takes another)
-                self._emptied.append(seg)
-            self._work.notify_all()
+        try:
+            cur = self._current
+            if (
+                cur is not None
+                and cur in emptied
+                and cur.used <= INLINE_ZERO
+                and cur.size <= self.segment_bytes
+            ):
+                emptied.remove(cur)
+                _zero_range(cur.fd, cur.used, sync_each=False)
+                cur.used = 0
+                cur.unsynced = True  # (synced with the next group, or at the pause)
+        finally:
+            for seq in gone:  # forgotten once zeroed here: waiting() counts them till then
+                del self._where[seq]
+            if emptied:
+                with self._work:
+                    for seg in emptied:
+                        if seg is self._current:
+                            self._current = None  # (a large one: the next group takes another)
+                        self._emptied.append(seg)
+                    self._work.notify_all()
 
     # -- the thread of its own ---------------------------------------------------------------
 
@@ -458,7 +459,7 @@ class SegmentLog:
                 self.sync(cur)
 
     def waiting(self) -> int:
-        """Records not released yet."""
+        """Records not released yet (a release counts until its zeros are written here)."""
         return len(self._where)
 
     def files(self) -> list[Path]:
