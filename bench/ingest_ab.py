@@ -11,7 +11,10 @@ both alike; after each round the server decides what it acknowledged. Printed pe
 the median deliveries/s, the median CPU time per delivery inside the window and with
 the deciding after it, and every round's rate. ``--env-a``/``--env-b`` set environment
 variables on one side only (e.g. ``AUTOLOOP_LOG_LEVEL=WARNING``), so one tree can be
-compared with itself under two settings.
+compared with itself under two settings. ``--threads`` also prints, per side, the CPU
+time of each of the server's threads per delivery (the event loop is ``main``; the
+inbox's writer, translator and segments' thread by name), in the window and with the
+deciding after it (Linux: the servers name their threads for the system).
 
 On a shared or virtual machine, rounds of the same code differ by 10% and more from
 minute to minute: a difference under that needs more rounds, and one run is one run.
@@ -38,6 +41,8 @@ class Side:
     root: Path
     env: dict[str, str]
     rounds: list[tuple[float, float, float]] = field(default_factory=list)  # rate, cpu, all
+    # thread name -> per round, us a delivery: (in the window, with the deciding after)
+    threads: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
 
 
 def parse_env(pairs: Sequence[str]) -> dict[str, str]:
@@ -59,6 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--env-a", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--env-b", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--threads", action="store_true", help="CPU per delivery of each thread")
     args = p.parse_args(argv)
     for tree in (args.a, args.b):
         if not (tree / "ghapp" / "commands" / "cli.py").is_file():
@@ -74,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if cpu is not None:
         os.sched_setaffinity(0, set(cpus[1:]))
     try:
-        run(sides, cpu, args.rounds, args.seconds, args.concurrency)
+        run(sides, cpu, args.rounds, args.seconds, args.concurrency, threads=args.threads)
     finally:
         os.sched_setaffinity(0, saved)
     for side in sides:
@@ -86,14 +92,38 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"window, {statistics.median(r[2] for r in side.rounds):.0f} us with deciding; "
             f"rounds {[round(r) for r in rates]}"
         )
+        for name, values in sorted(side.threads.items(), key=lambda kv: -kv[1][0][1]):
+            window = statistics.median(v[0] for v in values)
+            with_deciding = statistics.median(v[1] for v in values)
+            if with_deciding >= 0.5:  # (threads that did nothing to speak of: left out)
+                print(
+                    f"    thread {name:16s} {window:6.1f} us a delivery in the window, "
+                    f"{with_deciding:6.1f} with deciding"
+                )
     return 0
 
 
-def run(sides: list[Side], cpu: int | None, rounds: int, seconds: float, conns: int) -> None:
+def run(
+    sides: list[Side],
+    cpu: int | None,
+    rounds: int,
+    seconds: float,
+    conns: int,
+    *,
+    threads: bool = False,
+) -> None:
     deliveries = Deliveries(100)
     with tempfile.TemporaryDirectory(prefix="bench-ab-") as tmp:
         kids = [
-            spawn("ours", Path(tmp) / s.name, cpu, tree=s.root, extra_env=s.env, log_name=s.name)
+            spawn(
+                "ours",
+                Path(tmp) / s.name,
+                cpu,
+                tree=s.root,
+                extra_env=s.env,
+                log_name=s.name,
+                thread_names=threads,
+            )
             for s in sides
         ]
         try:
@@ -106,12 +136,23 @@ def run(sides: list[Side], cpu: int | None, rounds: int, seconds: float, conns: 
                 for i in order:
                     side, kid = sides[i], kids[i]
                     todo = deliveries.make(int(seconds * 8000), f"r{n}-{side.name}")
+                    t0 = kid.thread_cpu_s() if threads else {}
                     before = kid.cpu_s()
                     w = run_async(closed_loop(kid.port, todo, conns, seconds))
                     window = kid.cpu_s()
+                    t1 = kid.thread_cpu_s() if threads else {}
                     settle(kid)
                     done = kid.cpu_s()
+                    t2 = kid.thread_cpu_s() if threads else {}
                     ok = max(1, w.ok)
+                    for name in t2:
+                        start = t0.get(name, 0.0)
+                        side.threads.setdefault(name, []).append(
+                            (
+                                (t1.get(name, start) - start) / ok * 1e6,
+                                (t2[name] - start) / ok * 1e6,
+                            )
+                        )
                     side.rounds.append(
                         (w.rate, (window - before) / ok * 1e6, (done - before) / ok * 1e6)
                     )

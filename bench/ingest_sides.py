@@ -198,6 +198,21 @@ class Child:
         ticks = os.sysconf("SC_CLK_TCK")
         return (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
 
+    def thread_cpu_s(self) -> dict[str, float]:
+        """CPU seconds by thread name (``comm``; the main thread is ``main``): names are
+        given by the server only when spawned with ``thread_names`` (else ``python``)."""
+        ticks = os.sysconf("SC_CLK_TCK")
+        out: dict[str, float] = {}
+        for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
+            try:
+                comm = (task / "comm").read_text().strip()
+                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:  # (a thread that ended meanwhile)
+                continue
+            name = "main" if task.name == str(self.proc.pid) else comm
+            out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
+        return out
+
     def rss_kb(self) -> int:
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
@@ -266,6 +281,23 @@ def _private_key() -> str:
     ).decode()
 
 
+# Runs ``autoloop`` with each thread's Python name given to the system (``prctl``, 15
+# bytes), so that /proc/<pid>/task/*/comm tells the threads apart: Python 3.11 leaves
+# them all named ``python``. Given to ``python -c``, so that it needs nothing from the
+# tree it runs (bench.ingest_ab runs an older tree too). Linux only.
+NAMED_THREADS = """
+import ctypes, runpy, sys, threading
+_prctl = ctypes.CDLL(None).prctl
+_inner = threading.Thread._bootstrap_inner
+def _named(self):
+    _prctl(15, self.name[:15].encode(), 0, 0, 0)  # PR_SET_NAME
+    _inner(self)
+threading.Thread._bootstrap_inner = _named
+sys.argv[0] = "autoloop"
+runpy.run_module("ghapp.commands.cli", run_name="__main__", alter_sys=True)
+"""
+
+
 def command_for(side: str, port: int, home: Path) -> tuple[list[str], dict[str, str], Path]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     if side == "ours":
@@ -305,11 +337,15 @@ def spawn(
     tree: Path | None = None,
     extra_env: dict[str, str] | None = None,
     log_name: str | None = None,
+    thread_names: bool = False,
 ) -> Child:
     """Start one server and wait until it answers. ``tree``: run the code of another
-    source tree (``bench.ingest_ab``); ``extra_env``: variables for this server only."""
+    source tree (``bench.ingest_ab``); ``extra_env``: variables for this server only;
+    ``thread_names``: ours names its threads for the system (:data:`NAMED_THREADS`)."""
     port = free_port()
     argv, env, cwd = command_for(side, port, home)
+    if thread_names and argv[1:3] == ["-m", "ghapp.commands.cli"]:
+        argv = [argv[0], "-c", NAMED_THREADS, *argv[3:]]
     if tree is not None:
         env["PYTHONPATH"], cwd = str(tree), tree
     env |= extra_env or {}

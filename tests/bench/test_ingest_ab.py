@@ -37,3 +37,19 @@ def test_ab_refuses_a_folder_that_is_not_a_source_tree(
 ) -> None:
     assert ingest_ab.main([str(tmp_path), str(paths.ROOT)]) == 2
     assert "is not a source tree of this project" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="threads read from /proc")
+def test_ab_threads_reports_the_cpu_of_each_named_thread(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    root = str(paths.ROOT)
+    argv = [root, root, "--rounds", "1", "--seconds", "0.5", "--concurrency", "4", "--threads"]
+    assert ingest_ab.main(argv) == 0
+    out = capsys.readouterr().out
+    for side in ("A", "B"):
+        block = out.split(f"\n{side} ", 1)[1].split("\nB ", 1)[0]  # (A's ends where B's begins)
+        rows = dict(re.findall(r"thread (\S+) +([\d.]+) us a delivery in the window", block))
+        # the event loop and the inbox's writer, each under its own name, did work
+        assert float(rows["main"]) > 0 and float(rows["inbox-writer"]) > 0, out
+        assert "python" not in rows, out  # every thread but the main one named
