@@ -17,15 +17,17 @@ inbox.
 Given ``sync`` (``autoloop serve`` passes the SQLite ledger's
 :meth:`~ghapp.store.sqlite.SqliteStore.sync_log`), those commits do not wait for the
 disk: the ledger's log is synced at most :data:`SYNC_S` later (and whenever the backlog
-empties), and only then are the records released. A power cut loses no delivery (the inbox
-still holds it), an event is routed without waiting for the disk, and the disk sees one
-ledger sync per interval rather than one per batch. Anything that acts on a decided
-event (a turn's claim, an outbox entry) commits durably first, which syncs the log with
-it. A segment whose records are all released is overwritten with zeros (the last one
-too, so a trickle leaves nothing behind), so unredacted text does not stay on disk. A
-batch that cannot be decided (a full disk) stays in the inbox and is tried again. After
-a crash, what is still in the inbox is decided on start, before the server listens:
-every acknowledged delivery becomes its events. A record decided twice (a crash between
+empties), by a thread of its own, and only then are the records released. A power cut
+loses no delivery (the inbox still holds it), an event is routed without waiting for the
+disk (a sync that stalls delays the release of records, not the deciding of the next
+deliveries), and the disk sees one ledger sync per interval rather than one per batch.
+Anything that acts on a decided event (a turn's claim, an outbox entry) commits durably
+first, which syncs the log with it. A segment whose records are all released is
+overwritten with zeros (the last one too, so a trickle leaves nothing behind), so
+unredacted text does not stay on disk. A batch that cannot be decided (a full disk)
+stays in the inbox and is tried again. After a crash, what is still in the inbox is
+decided on start, before the server listens: every acknowledged delivery becomes its
+events. A record decided twice (a crash between
 the ledger's commit and the zeroing of its segment) is a duplicate for the kernel,
 recorded once. An inbox of an earlier version (``ledger.inbox.db``, SQLite) is decided
 the same way at start, then removed.
@@ -219,6 +221,8 @@ class Inbox:
         self._translator = threading.Thread(
             target=self._decide_loop, name="inbox-translator", daemon=True
         )
+        self._syncer = threading.Thread(target=self._sync_loop, name="ledger-sync", daemon=True)
+        self._translated = False  # the translator is done (stopping): a last sync, then out
         self._halt = threading.Event()
         self._opened = False
         self._started = False
@@ -271,6 +275,8 @@ class Inbox:
         self._started = True
         self._writer.start()
         self._translator.start()
+        if self.sync is not None:
+            self._syncer.start()
         return old + len(recovered)
 
     def _decide_old_inbox(self) -> int:
@@ -321,6 +327,11 @@ class Inbox:
                 self._stopping = True
                 self._cv.notify_all()
             self._translator.join(timeout)
+            with self._cv:
+                self._translated = True
+                self._cv.notify_all()
+            if self._syncer.is_alive():
+                self._syncer.join(timeout)
             self._halt.set()
         with self._deletes_lock:
             leftover, self._deletes = self._deletes, []
@@ -588,22 +599,11 @@ class Inbox:
     def _decide_loop(self) -> None:
         failures = 0
         while True:
-            now = time.monotonic()
-            if (
-                self._unsynced
-                and now >= self._sync_retry_at
-                and (not self._todo or now - self._unsynced_since >= SYNC_S)
-            ):
-                self._sync_decided()
             with self._cv:
-                while not self._todo and not self._stopping and not self._unsynced:
+                while not self._todo and not self._stopping:
                     self._cv.wait(0.5)
-                if not self._todo and self._stopping:
-                    self._sync_decided()
+                if not self._todo:  # (and stopping)
                     return
-                if not self._todo:  # only records to sync (the last try failed): soon again
-                    self._cv.wait(max(0.01, self._sync_retry_at - time.monotonic()))
-                    continue
                 # Each durable batch is a ledger commit, an fsync beside the inbox's:
                 # while the ack path is active, let a few more arrive first (at most
                 # GATHER_S). Relaxed commits wait for no disk: nothing to share.
@@ -628,31 +628,59 @@ class Inbox:
                     if ok:
                         for _ in batch:
                             self._todo.popleft()
+                        if self.sync is not None:  # released once the ledger's log is synced
+                            if not self._unsynced:
+                                self._unsynced_since = time.monotonic()
+                            self._unsynced.extend(item.rowid for item in batch)
                     self._busy_deciding = False
                     self._cv.notify_all()
             if ok:
                 failures = 0
-                if self.sync is not None:  # deleted once the ledger's log is synced
-                    if not self._unsynced:
-                        self._unsynced_since = time.monotonic()
-                    self._unsynced.extend(item.rowid for item in batch)
-                else:
+                if self.sync is None:
                     with self._deletes_lock:
                         self._deletes.extend(item.rowid for item in batch)
                     self._q.put(_FLUSH)
             elif self._stopping:
-                self._sync_decided()
                 return  # the records stay in the inbox: the next start decides them
             else:
                 failures += 1
                 self._halt.wait(0.05 * 2 ** min(failures, 5))  # at most 1.6 s apart
 
-    def _sync_decided(self) -> None:
+    def _sync_loop(self) -> None:
+        """The ledger's log is synced by a thread of its own, beside the deciding: a disk
+        that stalls delays the release of decided records, never the deciding (and so
+        the routing) of the next deliveries. A sync comes once the backlog is empty, or
+        :data:`SYNC_S` after the oldest record not synced was decided; after the
+        translator stops, one last."""
+        while True:
+            with self._cv:
+                while True:
+                    last = self._translated
+                    if self._unsynced:
+                        now = time.monotonic()
+                        due = self._unsynced_since + SYNC_S if self._todo else now
+                        due = max(due, self._sync_retry_at)
+                        if last or now >= due:
+                            break
+                        self._cv.wait(due - now)
+                    elif last:
+                        return
+                    else:
+                        self._cv.wait(0.5)
+                rowids, self._unsynced = self._unsynced, []
+            if not self._sync_decided(rowids):
+                with self._cv:  # they stay, to be synced at the next try
+                    self._unsynced = rowids + self._unsynced
+                    self._unsynced_since = time.monotonic()
+                if last:
+                    return  # (the next start decides them again: duplicates, recorded once)
+
+    def _sync_decided(self, rowids: list[int]) -> bool:
         """Sync the ledger's log, then hand the records its relaxed commits decided to the
-        writer to release; if it cannot be synced, they stay (decided again after a
-        crash: duplicates, recorded once)."""
-        if not self._unsynced or self.sync is None:
-            return
+        writer to release; False if it cannot be synced (they stay: decided again after
+        a crash, duplicates recorded once)."""
+        if self.sync is None:
+            return True
         try:
             self.sync()
         except OSError as exc:
@@ -665,14 +693,14 @@ class Inbox:
                 )
             wait = min(1.6, 0.05 * 2 ** min(self._sync_failures, 5))
             self._sync_retry_at = time.monotonic() + wait
-            return
+            return False
         if self._sync_failures:
             log.info("the ledger's log is synced again (%d failed tries)", self._sync_failures)
             self._sync_failures = 0
         with self._deletes_lock:
-            self._deletes.extend(self._unsynced)
-        self._unsynced = []
+            self._deletes.extend(rowids)
         self._q.put(_FLUSH)
+        return True
 
     def _yield(self) -> None:
         """Acks first: wait while the ack path has work for the processor, unless the

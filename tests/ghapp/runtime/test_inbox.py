@@ -11,6 +11,7 @@ import hmac
 import json
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -412,6 +413,37 @@ def test_while_serving_decided_bodies_are_zeroed_a_burst_and_a_trickle_alike(
             no_secret_left()
         assert inbox.stats.decided == 65
     finally:
+        inbox.stop()
+
+
+def test_a_sync_that_stalls_delays_no_deciding_only_the_release(world: Ledgered) -> None:
+    # A disk that stalls for a moment: the ledger's log takes long to sync. The
+    # deliveries acknowledged meanwhile are decided (and routed) all the same; only their
+    # records wait in the inbox for the sync.
+    stalled = threading.Event()
+    resume = threading.Event()
+
+    def sync() -> None:
+        stalled.set()
+        resume.wait(10)
+
+    inbox = world.inbox(sync=sync)
+    inbox.start()
+    try:
+        submit_all(inbox, [delivery(1)])
+        assert stalled.wait(10)  # its sync is under way, and does not return
+        submit_all(inbox, [delivery(2), delivery(3)])
+        deadline = time.monotonic() + 10
+        while len(world.events()) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert sorted(world.events()) == ["d-1", "d-2", "d-3"]  # decided, sync or not
+        assert not resume.is_set()
+        assert sorted(d for d, _ in inbox.rows()) == ["d-1", "d-2", "d-3"]  # still held
+        resume.set()
+        assert inbox.settle(10)
+        assert list(inbox.rows()) == []
+    finally:
+        resume.set()
         inbox.stop()
 
 
