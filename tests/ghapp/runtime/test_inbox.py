@@ -320,6 +320,45 @@ def test_a_paced_stream_is_decided_in_its_pauses_not_after_defer_max(world: Ledg
         inbox.stop()
 
 
+def test_a_paced_stream_on_a_slow_disk_is_decided_in_its_waits_after_a_stall(
+    world: Ledgered, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 200 a second, each ack waiting 8 ms for the disk, once 300 ms: one request is
+    # nearly always in flight, waiting for the disk. The stall leaves a backlog; it must
+    # be decided in those waits, not held back as a burst's (seconds, up to DEFER_MAX_S).
+    real = SegmentLog.sync
+    syncs = [0]
+
+    def slow(seg: object) -> None:
+        syncs[0] += 1
+        time.sleep(0.3 if syncs[0] == 20 else 0.008)
+        real(seg)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(SegmentLog, "sync", staticmethod(slow))
+    inbox = world.inbox()
+    inbox.start()
+
+    async def one(n: int) -> None:
+        inbox.request_in()
+        await inbox.submit(delivery(n))
+        inbox.request_out()
+
+    async def stream() -> None:
+        sent = []
+        for n in range(1, 401):  # 2 s at least
+            sent.append(asyncio.create_task(one(n)))
+            await asyncio.sleep(0.005)
+        await asyncio.gather(*sent)
+
+    try:
+        asyncio.run(stream())
+        assert inbox.settle(20)
+        assert syncs[0] > 20 and len(inbox.stats.lag) == 400
+        assert max(inbox.stats.lag) < 1.0  # (before: 2.4 s p50, 4.4 s the most)
+    finally:
+        inbox.stop()
+
+
 def test_a_load_that_never_eases_is_decided_after_defer_max(
     world: Ledgered, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -359,8 +398,9 @@ def test_requests_waiting_only_for_the_disk_leave_the_processor_to_the_translato
     world: Ledgered, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # At 200 deliveries a second a request is in flight most of the time, nearly all of
-    # it waiting for its group's sync: a few waiting deliveries are decided then. A
-    # backlog (a burst) waits for every request, those waiting for the disk included.
+    # it waiting for its group's sync: waiting deliveries are decided then. A burst (a
+    # backlog, and many requests in flight) waits for every request, those waiting for
+    # the disk included.
     monkeypatch.setattr(inbox_module, "QUIET_S", 0.0)
     inbox = world.inbox()
     try:
@@ -375,7 +415,14 @@ def test_requests_waiting_only_for_the_disk_leave_the_processor_to_the_translato
         inbox.request_out()  # (the counts, not which request)
         assert not inbox._ack_busy()
         inbox._todo.extend(delivery(n) for n in range(inbox_module.EAGER_MAX + 1))
+        assert not inbox._ack_busy()  # a backlog, one request in flight: no burst
+        for _ in range(inbox_module.BURST_IN_FLIGHT):
+            inbox.request_in()  # senders' requests, their bodies being read
+            inbox.queued += 1  # ... and handed to the writer, whose group syncs
         assert inbox._ack_busy()  # a burst: acks first, all of them
+        for _ in range(inbox_module.BURST_IN_FLIGHT):
+            inbox.request_out()
+        inbox.released += inbox_module.BURST_IN_FLIGHT
         inbox._todo.clear()
         inbox._syncing = False
         inbox.released += 1  # the writer answered it: the event loop sends the answer
