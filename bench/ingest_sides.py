@@ -185,6 +185,12 @@ def serve_child(side: str, port: int, home: Path) -> None:
 # ------------------------------------------------------------------ in the bench process
 
 
+def _cpu_of(stat: Path) -> float:
+    """CPU seconds (user + system) of a process or thread, from its ``/proc/.../stat``."""
+    fields = stat.read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @dataclass
 class Child:
     side: str
@@ -194,23 +200,20 @@ class Child:
     acked: int = 0
 
     def cpu_s(self) -> float:
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        ticks = os.sysconf("SC_CLK_TCK")
-        return (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
+        return _cpu_of(Path(f"/proc/{self.proc.pid}/stat"))
 
     def thread_cpu_s(self) -> dict[str, float]:
         """CPU seconds by thread name (``comm``; the main thread is ``main``): names are
         given by the server only when spawned with ``thread_names`` (else ``python``)."""
-        ticks = os.sysconf("SC_CLK_TCK")
         out: dict[str, float] = {}
         for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
             try:
                 comm = (task / "comm").read_text().strip()
-                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+                cpu = _cpu_of(task / "stat")
             except OSError:  # (a thread that ended meanwhile)
                 continue
             name = "main" if task.name == str(self.proc.pid) else comm
-            out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
+            out[name] = out.get(name, 0.0) + cpu
         return out
 
     def rss_kb(self) -> int:

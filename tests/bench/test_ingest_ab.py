@@ -39,7 +39,10 @@ def test_ab_refuses_a_folder_that_is_not_a_source_tree(
     assert "is not a source tree of this project" in capsys.readouterr().err
 
 
-@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="threads read from /proc")
+@pytest.mark.skipif(
+    not Path("/proc/self/task").is_dir(),
+    reason="--threads reads each thread's CPU time from /proc (Linux only)",
+)
 def test_ab_threads_reports_the_cpu_of_each_named_thread(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
