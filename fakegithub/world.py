@@ -66,6 +66,7 @@ class DeployScript:
     delay: float = 0.0
     result: str = "success"
     version: str | None = None
+    on_push: bool = True
 
 
 class Parts(Protocol):
@@ -432,13 +433,27 @@ class World:
         version: str | None = None,
         repo: str | None = None,
         enabled: bool = True,
+        on_push: bool = True,
     ) -> None:
-        """Scripts deploys of the default branch; ``result`` is the final status state."""
+        """Scripts deploys of the default branch; ``result`` is the final status state.
+
+        ``on_push=False``: a push to the default branch deploys nothing until
+        :meth:`run_deploy` (a deploy that starts when a test says so, as a person would)."""
         found = self._repo(repo)
         if not enabled:
             self.deploy.pop(found.full_name, None)
             return
-        self.deploy[found.full_name] = DeployScript(environment, delay, result, version)
+        self.deploy[found.full_name] = DeployScript(environment, delay, result, version, on_push)
+
+    def run_deploy(self, sha: str, repo: str | None = None) -> None:
+        """Runs the scripted deploy of ``sha`` now (as a push to the default branch would)."""
+        found = self._repo(repo)
+        script = self.deploy.get(found.full_name)
+        if script is None:
+            raise SandboxError("no deploy is scripted; call set_deploy first")
+        if sha not in found.commits:
+            raise SandboxError(f"no commit {sha} in {found.full_name}")
+        self.sandbox.scheduler.later(0, lambda: self._start_deploy(found, sha, script))
 
     def live(self, repo: str | None = None) -> dict[str, str]:
         found = self._repo(repo)
@@ -454,7 +469,7 @@ class World:
         if script is not None and (script.branches is None or branch in script.branches):
             self._start_ci(repo, sha, script)
         deploy = self.deploy.get(repo.full_name)
-        if deploy is not None and branch == repo.default_branch:
+        if deploy is not None and deploy.on_push and branch == repo.default_branch:
             self.sandbox.scheduler.later(0, lambda: self._start_deploy(repo, sha, deploy))
 
     def _start_ci(self, repo: Repo, sha: str, script: CiScript) -> None:

@@ -47,6 +47,7 @@ OPERATIONS = (
     "set_ci",
     "run_ci",
     "set_deploy",
+    "run_deploy",
     "live",
     "set_app_url",
     "user_token",

@@ -80,11 +80,18 @@ def test_why_tells_a_delivered_pr_stage_by_stage(tmp_path: Path) -> None:
     home = tmp_path / "home"
     with running() as gh, serving(gh, home) as live:
         setup(gh, ci=None)  # "ci" reports only once the delivery waits for it
+        # and the deploy starts only once it waits for that (else on a slow machine the
+        # deploy may succeed before the merge's result is read: nothing is waited for).
+        gh.world.set_deploy(delay=0.1, on_push=False)
         number, head = open_pr(gh)
         label(gh, number)
         wait_for("checks", lambda: stage_is(live, gh, number, "checks"), MERGE_TIMEOUT)
         gh.world.set_ci({"ci": "success"})
         gh.world.run_ci(head)
+        wait_for("deployment", lambda: stage_is(live, gh, number, "deployment"), MERGE_TIMEOUT)
+        sha = gh.sandbox.state.repos[gh.repo].pulls[number].merge_commit_sha
+        assert sha is not None
+        gh.world.run_deploy(sha)
         delivered(live, gh, number)
         wait_for("the last progress", lambda: shown_delivered(gh, number, head))
         at_rest(live, gh)

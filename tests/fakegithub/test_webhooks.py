@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from fakegithub.errors import SandboxError
 from fakegithub.server import SandboxHandle, running_sandbox
 from fakegithub.webhooks import signature_256
 from tests.fakegithub.helpers import FIXTURES, Receiver, check_webhook, githubkit_app, githubkit_for
@@ -146,6 +147,33 @@ def test_a_merge_to_main_is_deployed_and_goes_live(world: tuple[SandboxHandle, R
         if e == "deployment_status" and p["deployment"]["sha"] == main
     ]
     assert states == ["in_progress", "success"]
+
+
+def test_a_deploy_held_from_pushes_starts_when_run() -> None:
+    """``set_deploy(on_push=False)``: a push to main deploys nothing until ``run_deploy``."""
+    with Receiver() as receiver, running_sandbox(app_url=receiver.url) as gh:
+        w = gh.world
+        w.set_deploy(on_push=False)
+        before = w.live()  # what the sandbox's service reports at its start
+        w.push("maintainer", "main", {"held.txt": "1"})
+        assert w.settle()
+        main = gh.sandbox.state.repos["sandbox/demo"].branches["main"]
+        assert [e for e, _ in receiver.events() if e.startswith("deployment")] == []
+        assert w.live() == before and before.get("sha") != main
+        w.run_deploy(main)
+        assert w.settle()
+        states = [
+            p["deployment_status"]["state"]
+            for e, p in receiver.events()
+            if e == "deployment_status" and p["deployment"]["sha"] == main
+        ]
+        assert states == ["in_progress", "success"]
+        assert w.live()["sha"] == main
+        with pytest.raises(SandboxError, match="no commit"):
+            w.run_deploy("0" * 40)
+        w.set_deploy(enabled=False)
+        with pytest.raises(SandboxError, match="no deploy is scripted"):
+            w.run_deploy(main)
 
 
 def test_deliveries_are_listed_with_cursor_pagination(
