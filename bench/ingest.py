@@ -650,6 +650,7 @@ def ack_latency(r: Run, rate: float, rate_seconds: float) -> None:
             lat[side] += w.latencies
             if side == "ours":
                 settle(child)
+    r.figures["rate_count"] = float(len(lat["ours"]))  # each side's deliveries, alike
     for side, values in lat.items():
         r.figures[f"{side}_rate_p50_ms"] = percentile(values, 0.5) * 1e3
         r.figures[f"{side}_rate_p99_ms"] = percentile(values, 0.99) * 1e3
@@ -824,7 +825,8 @@ def rows(f: dict[str, float]) -> list[tuple[str, str, str]]:
             f"{f['ours_rate_p50_ms']:.2f} / {f['ours_rate_p99_ms']:.2f} ms",
             f"{p99_x:.2f}x floor p99 ({f['floor_rate_p99_ms']:.2f} ms; <= 1.5x "
             f"{verdict(p99_x <= TARGETS['p99_ratio'])}); bare {f['bare_rate_p99_ms']:.2f} ms"
-            + (f", Probot {f['probot_rate_p99_ms']:.2f} ms" if probot else ""),
+            + (f", Probot {f['probot_rate_p99_ms']:.2f} ms" if probot else "")
+            + f"; {f['rate_count']:,.0f} deliveries a side",
         ),
         (
             f"ingest ack -> routed p50 / p99, {f['rate']:.0f}/s",

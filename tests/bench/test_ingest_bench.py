@@ -27,6 +27,7 @@ def test_ingest_bench_measures_every_server_and_checks_the_ledger() -> None:
     for key in ("e2e_p50_ms", "e2e_p99_ms", "ours_all_cpu_us"):
         assert math.isfinite(figures[key]) and figures[key] > 0, key
     assert figures["e2e_count"] == round(sizes["rate"] * sizes["e2e_seconds"])
+    assert figures["rate_count"] == round(sizes["rate"] * sizes["rate_seconds"])
     assert figures["probot_available"] == 0.0
     # warm-up + held connections + fixed rate + throughput + e2e, all acknowledged and found
     assert figures["ours_acked"] >= sizes["warmup"] + sizes["connections"]
@@ -41,6 +42,7 @@ def test_ingest_bench_measures_every_server_and_checks_the_ledger() -> None:
     assert figures["cli_help_ms"] > 0 and figures["cli_status_ms"] > 0
     text = "\n".join(lines)
     assert "Probot not available" in text and "x floor" in text and "RSS" in text
+    assert f"{figures['rate_count']:,.0f} deliveries a side" in text
 
 
 def test_the_mix_is_signed_and_every_body_differs() -> None:
