@@ -1,7 +1,7 @@
-"""``autoloop action``: the composite Action's entry (DESIGN.md section 9a).
+"""``autoloop action``: the composite Action's entry (``action.yml`` runs it).
 
 A workflow job runs it once per event, from the environment a runner gives
-(:mod:`ghapp.commands.action_env` lists it).
+(:data:`ghapp.commands.action_env.VARIABLES` lists it; ``--help`` prints :data:`HELP`).
 
 One run:
 
@@ -374,10 +374,49 @@ def _say(text: str) -> None:
     print(f"autoloop: {_one_line(text)}", flush=True)
 
 
+HELP = """usage: autoloop action
+
+The entry of Autoloop's composite GitHub Action (action.yml runs it): one run per
+workflow event, configured by the environment the runner gives. It takes no arguments.
+
+One run:
+  1. records the event once, as the GitHub App would (a re-run of the workflow run
+     adds nothing);
+  2. takes '/answer CARD N' in an issue comment when its author may write to the
+     repository;
+  3. runs what is runnable now: turns, cards as comments, write-backs, each once;
+  4. in modes deliver and auto, moves the pull requests labelled 'deliver' (or
+     'deliver-review') that the event concerns along the pipeline, until each waits;
+  5. writes the outputs turns, cards and stage, and a summary for the job's page.
+
+Nothing waits in the job: a question becomes a card on the issue or pull request, the
+job ends, and the event that carries the answer resumes the agent. For the rules'
+turns the ledger must outlive the job: a persistent AUTOLOOP_HOME (a self-hosted
+runner) or AUTOLOOP_DB. The delivery pipeline keeps its state on each pull request and
+needs neither.
+
+Modes (AUTOLOOP_MODE): auto (the default) is both of the others; triage runs the
+rules' turns; deliver carries labelled pull requests along the pipeline. A pull request
+from a fork, or Dependabot's, gets a read-only token: the event is recorded, nothing is
+run or written, and the summary says why.
+
+Environment:
+{variables}
+
+Exit codes: 0, also when a turn failed or a delivery raised a card (recorded and
+shown); 1 when GitHub or the ledger failed; 2 for bad configuration. The reason is one
+'::error::' line."""
+
+
+def help_text() -> str:
+    """What ``autoloop action --help`` prints: :data:`HELP` with the variables read."""
+    rows = "\n".join(f"  {names}\n      {meaning}" for names, meaning in action_env.VARIABLES)
+    return HELP.format(variables=rows)
+
+
 def main(argv: list[str]) -> int:
     if argv and argv[0] in ("-h", "--help"):
-        print(__doc__)
-        print(action_env.__doc__)
+        print(help_text())
         return 0
     if argv:
         print(annotation("error", f"autoloop action takes no arguments, not {argv[0]!r}"))

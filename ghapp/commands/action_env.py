@@ -1,22 +1,6 @@
-"""What ``autoloop action`` reads: the environment a runner gives, and the home it
-prepares from it. Everything comes from the environment, so a test runs the command
-exactly as a runner would:
-
-| variable | meaning |
-|---|---|
-| ``GITHUB_EVENT_NAME``, ``GITHUB_EVENT_PATH`` | the event and its payload (a JSON file) |
-| ``GITHUB_REPOSITORY``, ``GITHUB_ACTOR`` | ``owner/name``; who started the run |
-| ``GITHUB_RUN_ID``, ``GITHUB_RUN_ATTEMPT`` | the run: a re-run (new attempt) is the same event |
-| ``GITHUB_API_URL``, ``GITHUB_SERVER_URL`` | REST and web bases (Enterprise Server, a sandbox) |
-| ``GITHUB_TOKEN`` | token mode: writes as the token's identity (``github-actions[bot]``) |
-| ``AUTOLOOP_GITHUB_APP_ID``, ``AUTOLOOP_GITHUB_PRIVATE_KEY`` | App mode (wins over a token) |
-| ``AUTOLOOP_HOME``, ``AUTOLOOP_DB`` | the home folder and the ledger |
-| ``AUTOLOOP_RULES`` | the rules file in the checkout, copied into the home on every run |
-| ``AUTOLOOP_MODE`` | ``auto`` (default), ``triage`` or ``deliver`` |
-| ``AUTOLOOP_WORKER`` | the worker name turns run under (default ``action``) |
-| ``RUNNER_ENVIRONMENT`` | ``github-hosted``: the home's disk ends with the job |
-| ``RUNNER_DEBUG`` | ``1``: a failure prints its traceback too |
-| ``GITHUB_OUTPUT``, ``GITHUB_STEP_SUMMARY`` | where the outputs and the summary go |
+"""What ``autoloop action`` reads: the environment a runner gives (:data:`VARIABLES`,
+which ``autoloop action --help`` prints), and the home it prepares from it. Everything
+comes from the environment, so a test runs the command exactly as a runner would.
 
 :func:`runner_env` checks it (one line saying what to do, as :class:`ActionError`);
 :func:`prepare_home` copies the checkout's rules into the home after checking them under
@@ -40,6 +24,7 @@ from plugins.sources import github as github_source
 
 __all__ = [
     "MODES",
+    "VARIABLES",
     "ActionError",
     "RunnerEnv",
     "prepare_home",
@@ -49,6 +34,25 @@ __all__ = [
 ]
 
 MODES = ("auto", "triage", "deliver")
+# What a run reads, as ``autoloop action --help`` lists it: (the variables, their meaning).
+VARIABLES: tuple[tuple[str, str], ...] = (
+    ("GITHUB_EVENT_NAME, GITHUB_EVENT_PATH", "the event and its payload (a JSON file)"),
+    ("GITHUB_REPOSITORY, GITHUB_ACTOR", "owner/name; who started the run"),
+    ("GITHUB_RUN_ID, GITHUB_RUN_ATTEMPT", "the run: a re-run (new attempt) is the same event"),
+    ("GITHUB_API_URL, GITHUB_SERVER_URL", "REST and web bases (Enterprise Server, a sandbox)"),
+    ("AUTOLOOP_GITHUB_URL", "the REST base when GITHUB_API_URL is not set"),
+    ("GITHUB_WORKSPACE", "the checkout: a relative AUTOLOOP_RULES is found in it"),
+    ("GITHUB_TOKEN", "token mode: writes as the token's identity (github-actions[bot])"),
+    ("AUTOLOOP_GITHUB_APP_ID, AUTOLOOP_GITHUB_PRIVATE_KEY", "App mode (wins over a token)"),
+    ("AUTOLOOP_HOME, AUTOLOOP_DB", "the home folder and the ledger"),
+    ("AUTOLOOP_RULES", "the rules file in the checkout, copied into the home on every run"),
+    ("AUTOLOOP_MODE", "auto (default), triage or deliver"),
+    ("AUTOLOOP_WORKER", "the worker name turns run under (default: action)"),
+    ("RUNNER_ENVIRONMENT", "github-hosted: the home's disk ends with the job"),
+    ("RUNNER_DEBUG", "1: a failure prints its traceback too"),
+    ("AUTOLOOP_LOG_LEVEL", "the log level of the run (default: WARNING; DEBUG with RUNNER_DEBUG)"),
+    ("GITHUB_OUTPUT, GITHUB_STEP_SUMMARY", "where the outputs and the summary go"),
+)
 DEFAULT_SERVER_URL = "https://github.com"
 # Events whose token is read-only when the pull request comes from a fork.
 PULL_EVENTS = frozenset({"pull_request", "pull_request_review", "pull_request_review_comment"})

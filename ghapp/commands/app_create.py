@@ -397,13 +397,14 @@ def make_plan(args: argparse.Namespace, env: Mapping[str, str]) -> Plan:
 
 def main(argv: list[str]) -> int:
     if not argv or argv[0] != "create":
+        asked = argv[:1] in (["-h"], ["--help"])  # help asked for goes to stdout
         print(
             "usage: autoloop app create (--org ORG | --user) --url URL [options]\n"
             "  registers the GitHub App with GitHub's manifest flow ('autoloop app create "
             "--help' tells more)",
-            file=sys.stderr,
+            file=sys.stdout if asked else sys.stderr,
         )
-        return 0 if argv[:1] in (["-h"], ["--help"]) else 2
+        return 0 if asked else 2
     try:
         args = _parser().parse_args(argv[1:])
     except SystemExit as exc:

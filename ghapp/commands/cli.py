@@ -33,6 +33,16 @@ EXTERNAL: dict[str, str] = {
     "demo": "ghapp.commands.demo:main",
     "work": "ghapp.commands.work:main",
 }
+# ... and what ``autoloop --help`` says of each, without importing it (start-up)
+SUMMARIES: dict[str, str] = {
+    "action": "the composite GitHub Action's entry: one run per workflow event",
+    "app": "register the GitHub App: 'app create' (GitHub's manifest flow)",
+    "doctor": "check the settings, home, rules, agents and the GitHub App",
+    "sandbox": "a local GitHub: REST API, webhooks, scripted people, CI",
+    "serve": "the GitHub App: webhooks, sources, card pages, a worker",
+    "demo": "the whole product offline: sandbox GitHub, App and demo agent",
+    "work": "a worker only: claims turns from a shared ledger",
+}
 
 
 class UsageError(Exception):
@@ -742,7 +752,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     for add in COMMANDS.values():
         add(sub)
     for name in sorted(EXTERNAL):
-        sub.add_parser(name, help=f"see 'autoloop {name} --help'", add_help=False)
+        sub.add_parser(name, help=SUMMARIES[name], add_help=False)
     return p
 
 

@@ -10,14 +10,16 @@ import argparse
 import json
 import os
 import pty
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from ghapp.commands import action as action_command
+from ghapp.commands import action_env, serve, work
 from ghapp.commands import cli as cli_module
-from ghapp.commands import serve, work
 from tests.ghapp.commands.test_cli import ROOT, Cli, one_rule
 
 
@@ -273,3 +275,41 @@ def test_a_github_comment_channel_without_the_app_is_said_once(tmp_path: Path) -
     told = [line for line in out.stderr.splitlines() if 'channel "gh"' in line]
     assert len(told) == 1, out.stderr
     assert "no GitHub App is connected here" in told[0] and "autoloop serve" in told[0]
+
+
+def test_help_says_in_a_line_what_every_command_does(tmp_path: Path) -> None:
+    """``autoloop --help`` gives each command a line of its own words, the commands it
+    does not import to start fast (serve, work, app...) too."""
+    assert sorted(cli_module.SUMMARIES) == sorted(cli_module.EXTERNAL)
+    out = Cli(tmp_path / "home").run("--help").stdout
+    assert "see 'autoloop" not in out
+    listed = " ".join(out.split())  # argparse wraps a long line: compare the words
+    for name, summary in cli_module.SUMMARIES.items():
+        assert f"{name} {summary}" in listed, (name, out)
+    for name in cli_module.COMMANDS:
+        assert f"\n    {name} " in out, (name, out)
+
+
+@pytest.mark.parametrize("name", sorted(cli_module.EXTERNAL))
+def test_each_command_that_starts_alone_helps_in_plain_words(name: str, tmp_path: Path) -> None:
+    """``autoloop NAME --help`` of each command outside the main parser: its usage line
+    first, and none of the source's markup or of files a user does not have."""
+    out = Cli(tmp_path / "home").run(name, "--help").stdout
+    assert out.startswith(f"usage: autoloop {name}"), out
+    for markup in (":mod:", ":func:", ":class:", ":data:", "``", "DESIGN.md"):
+        assert markup not in out, (markup, out)
+
+
+def test_action_help_lists_every_variable_the_run_reads(tmp_path: Path) -> None:
+    out = Cli(tmp_path / "home").run("action", "--help").stdout
+    names = {n.strip() for names, _ in action_env.VARIABLES for n in names.split(",")}
+    assert {"GITHUB_EVENT_PATH", "GITHUB_TOKEN", "AUTOLOOP_MODE", "AUTOLOOP_DB"} <= names
+    for n in names:
+        assert f"  {n}" in out or f", {n}" in out, (n, out)
+    # every variable the two modules name is listed (a new one is documented with it)
+    named: set[str] = set()
+    for module in (action_env, action_command):
+        text = Path(str(module.__file__)).read_text()
+        named |= set(re.findall(r'"((?:GITHUB|AUTOLOOP|RUNNER)_[A-Z_]+)"', text))
+    assert "GITHUB_WORKSPACE" in named
+    assert named <= names, named - names
