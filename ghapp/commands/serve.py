@@ -278,10 +278,28 @@ def listen_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+# What ``serve --help`` says of the settings (ghapp.runtime.settings.KEYS, each one named).
+SETTINGS_HELP = """settings, from the environment, else the TOML file of --config, else the home's
+settings.toml:
+  AUTOLOOP_GITHUB_WEBHOOK_SECRET
+      webhooks to /github/webhook are verified and recorded (without it: 503)
+  AUTOLOOP_GITHUB_APP_ID, AUTOLOOP_GITHUB_PRIVATE_KEY
+      the App (the key as PEM text or a file's path): write-backs, cards as comments
+  AUTOLOOP_GITHUB_URL
+      GitHub's REST base (default https://api.github.com)
+  AUTOLOOP_HOME, AUTOLOOP_DB
+      the home folder (default ~/.autoloop) and the ledger (default its ledger.db)
+
+'autoloop app create' registers an App and writes these; 'autoloop doctor' checks
+them. docs/github-app.md and docs/deploy.md tell more."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="autoloop serve",
         description="The GitHub App: webhook server, generic sources, card pages and a worker.",
+        epilog=SETTINGS_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080)")

@@ -20,6 +20,7 @@ import pytest
 from ghapp.commands import action as action_command
 from ghapp.commands import action_env, serve, work
 from ghapp.commands import cli as cli_module
+from ghapp.runtime.settings import KEYS
 from tests.ghapp.commands.test_cli import ROOT, Cli, one_rule
 
 
@@ -313,3 +314,12 @@ def test_action_help_lists_every_variable_the_run_reads(tmp_path: Path) -> None:
         named |= set(re.findall(r'"((?:GITHUB|AUTOLOOP|RUNNER)_[A-Z_]+)"', text))
     assert "GITHUB_WORKSPACE" in named
     assert named <= names, named - names
+
+
+def test_serve_help_names_every_setting_it_reads(tmp_path: Path) -> None:
+    """A first ``autoloop serve --help`` tells where the webhook secret and the App's
+    id and key go: every setting of ``ghapp.runtime.settings.KEYS``, by its variable."""
+    out = Cli(tmp_path / "home").run("serve", "--help").stdout
+    for key in KEYS:
+        assert f"AUTOLOOP_{key.upper()}" in out, (key, out)
+    assert "autoloop app create" in out and "autoloop doctor" in out
