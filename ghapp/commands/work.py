@@ -22,11 +22,28 @@ from kernel.errors import ConfigError
 log = logging.getLogger("autoloop.worker")
 
 
+WORK_HELP = """An agent's "worker" in rules.json picks where its turns run: "any" (the default),
+on any 'autoloop serve' or 'autoloop work'; a name, only on 'autoloop work --name NAME'
+(the machine with the checkout, the GPU or the agent's login).
+
+The ledger is AUTOLOOP_DB's (PostgreSQL: one ledger shared by 'autoloop serve' and
+every worker), else the home's ledger.db (AUTOLOOP_HOME). It runs until SIGTERM or
+Ctrl-C."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="autoloop work", description="A worker only: claims turns from the shared ledger."
+        prog="autoloop work",
+        description="A worker only: claims turns from the shared ledger.",
+        epilog=WORK_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--name", default="local", help="run only turns whose agent names this worker")
+    p.add_argument(
+        "--name",
+        default="local",
+        help="this worker's name (default local): it runs the turns of agents whose "
+        '"worker" is this name or "any"',
+    )
     p.add_argument("--parallel", type=int, default=None, help="turns at once (max_parallel)")
     p.add_argument("--poll", type=float, default=1.0, help="seconds between looks at the ledger")
     return p

@@ -323,3 +323,9 @@ def test_serve_help_names_every_setting_it_reads(tmp_path: Path) -> None:
     for key in KEYS:
         assert f"AUTOLOOP_{key.upper()}" in out, (key, out)
     assert "autoloop app create" in out and "autoloop doctor" in out
+
+
+def test_work_help_says_which_turns_a_worker_runs_and_from_which_ledger(tmp_path: Path) -> None:
+    out = " ".join(Cli(tmp_path / "home").run("work", "--help").stdout.split())
+    assert '"worker" is this name or "any"' in out
+    assert "AUTOLOOP_DB" in out and "AUTOLOOP_HOME" in out
