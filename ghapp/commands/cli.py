@@ -23,25 +23,32 @@ if TYPE_CHECKING:  # the commands import what they use: --help and status start 
     from ghapp.commands.show import Out
     from kernel.records import Card, Turn
 
-# name -> "module:function"; each function takes the remaining argv and returns an exit code.
-EXTERNAL: dict[str, str] = {
-    "action": "ghapp.commands.action:main",
-    "app": "ghapp.commands.app_create:main",
-    "doctor": "ghapp.commands.doctor:main",
-    "sandbox": "fakegithub.cli:main",
-    "serve": "ghapp.commands.serve:main",
-    "demo": "ghapp.commands.demo:main",
-    "work": "ghapp.commands.work:main",
-}
-# ... and what ``autoloop --help`` says of each, without importing it (start-up)
-SUMMARIES: dict[str, str] = {
-    "action": "the composite GitHub Action's entry: one run per workflow event",
-    "app": "register the GitHub App: 'app create' (GitHub's manifest flow)",
-    "doctor": "check the settings, home, rules, agents and the GitHub App",
-    "sandbox": "a local GitHub: REST API, webhooks, scripted people, CI",
-    "serve": "the GitHub App: webhooks, sources, card pages, a worker",
-    "demo": "the whole product offline: sandbox GitHub, App and demo agent",
-    "work": "a worker only: claims turns from a shared ledger",
+# The commands that start alone, not through the parser below: name -> ("module:function",
+# what ``autoloop --help`` says of it without importing it). Each function takes the
+# remaining argv and returns an exit code.
+EXTERNAL: dict[str, tuple[str, str]] = {
+    "action": (
+        "ghapp.commands.action:main",
+        "the composite GitHub Action's entry: one run per workflow event",
+    ),
+    "app": (
+        "ghapp.commands.app_create:main",
+        "register the GitHub App: 'app create' (GitHub's manifest flow)",
+    ),
+    "doctor": (
+        "ghapp.commands.doctor:main",
+        "check the settings, home, rules, agents and the GitHub App",
+    ),
+    "sandbox": ("fakegithub.cli:main", "a local GitHub: REST API, webhooks, scripted people, CI"),
+    "serve": (
+        "ghapp.commands.serve:main",
+        "the GitHub App: webhooks, sources, card pages, a worker",
+    ),
+    "demo": (
+        "ghapp.commands.demo:main",
+        "the whole product offline: sandbox GitHub, App and demo agent",
+    ),
+    "work": ("ghapp.commands.work:main", "a worker only: claims turns from a shared ledger"),
 }
 
 
@@ -752,7 +759,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     for add in COMMANDS.values():
         add(sub)
     for name in sorted(EXTERNAL):
-        sub.add_parser(name, help=SUMMARIES[name], add_help=False)
+        sub.add_parser(name, help=EXTERNAL[name][1], add_help=False)
     return p
 
 
@@ -771,7 +778,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(args_list: list[str]) -> int:
     if args_list and args_list[0] in EXTERNAL:
-        module, func = EXTERNAL[args_list[0]].split(":")
+        module, func = EXTERNAL[args_list[0]][0].split(":")
         entry = getattr(importlib.import_module(module), func)
         code: int = entry(args_list[1:])
         return code
