@@ -1,6 +1,7 @@
 """``autoloop doctor``: check an installation, one row per thing that can be wrong.
 
-Rows, in order: the settings; the home folder, ``master.key`` and the ledger; the rules
+Rows, in order: the settings; the home folder, ``master.key`` and the ledger (a SQLite
+file, or a PostgreSQL database looked at in a read-only transaction); the rules
 file; each agent's program on PATH; each rule's ``cwd``; then, with a GitHub App
 configured: the key file's mode, the App id and key against ``GET /app``, the App's
 registered permissions and events, each installation's granted permissions and events,
@@ -90,8 +91,17 @@ def home_checks(home: Path, db: str) -> list[Check]:
 
 
 def ledger_check(db: str) -> Check:
+    if db.startswith(("postgresql:", "postgres:")):
+        return postgres_check(db)
     if not db.startswith("sqlite:"):
-        return Check("ledger", SKIP, "not a SQLite file: 'autoloop serve' checks it when it starts")
+        from ghapp.store.open import shown  # noqa: PLC0415  # only for this row
+
+        return Check(
+            "ledger",
+            FAIL,
+            f"AUTOLOOP_DB {shown(db)!r} is no ledger URL: use sqlite:///PATH or "
+            "postgresql://USER@HOST/DB",
+        )
     # as the SQLite store reads its URL: sqlite:///PATH, PATH absolute or relative
     raw = db.removeprefix("sqlite:///") if db.startswith("sqlite:///") else db
     path = Path(raw.removeprefix("sqlite:").partition("?")[0])
@@ -100,6 +110,40 @@ def ledger_check(db: str) -> Check:
     if not os.access(path, os.R_OK | os.W_OK):
         return Check("ledger", FAIL, f"{path} is not readable and writable by this user")
     return Check("ledger", OK, f"{path} ({path.stat().st_size} bytes)")
+
+
+def postgres_check(db: str) -> Check:
+    """The PostgreSQL ledger, read only: reachable, and its schema one this autoloop
+    knows. Nothing is created: an empty database is a warning, as a missing file is."""
+    from ghapp.store.base import SCHEMA_VERSION, StoreError  # noqa: PLC0415  # only here
+    from ghapp.store.postgres import look  # noqa: PLC0415  # loads psycopg: only here
+
+    try:
+        found = look(db)
+    except StoreError as exc:
+        return Check("ledger", FAIL, str(exc))
+    if found.schema is None:
+        return Check(
+            "ledger",
+            WARN,
+            f"{found.where} holds no ledger yet: 'autoloop serve' or the first event creates it",
+        )
+    if found.schema > SCHEMA_VERSION:
+        return Check(
+            "ledger",
+            FAIL,
+            f"{found.where} has schema {found.schema}, newer than this autoloop knows "
+            f"({SCHEMA_VERSION}): upgrade autoloop",
+        )
+    if found.schema < SCHEMA_VERSION:
+        return Check(
+            "ledger",
+            WARN,
+            f"{found.where} has schema {found.schema}: the next start brings it to "
+            f"{SCHEMA_VERSION}, rebuilding the projections from the facts",
+        )
+    last = f"last fact #{found.facts}" if found.facts else "no facts yet"
+    return Check("ledger", OK, f"{found.where} (PostgreSQL, schema {found.schema}, {last})")
 
 
 def rules_check(home: Path) -> tuple[Check, Rules | None]:

@@ -5,9 +5,14 @@ Apart from ``base``, so that ``base`` (which both backends build on) imports nei
 
 from __future__ import annotations
 
+import re
+
 from ghapp.store.base import Store, StoreError
 
-__all__ = ["open_store"]
+__all__ = ["open_store", "shown"]
+
+_PASSWORD = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^/@:]*):[^/@]*@")
+_PASSWORD_PARAM = re.compile(r"([?&]password=)[^&]*", re.IGNORECASE)
 
 
 def open_store(url: str) -> Store:
@@ -21,5 +26,10 @@ def open_store(url: str) -> Store:
 
         return PostgresStore(url)
     raise StoreError(
-        f"unsupported ledger URL {url!r}: use sqlite:///PATH or postgresql://USER@HOST/DB"
+        f"unsupported ledger URL {shown(url)!r}: use sqlite:///PATH or postgresql://USER@HOST/DB"
     )
+
+
+def shown(url: str) -> str:
+    """``url`` fit to print or log: a password in it is replaced by ``***``."""
+    return _PASSWORD_PARAM.sub(r"\1***", _PASSWORD.sub(r"\1:***@", url))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from ghapp.store.base import SqlTx, StoreError, migrate
@@ -85,8 +86,8 @@ class PostgresStore:
                 raise
         except psycopg.Error as exc:
             raise StoreError(
-                f"cannot open the PostgreSQL ledger: {exc}".strip()
-                + "; check AUTOLOOP_DB and that the server is running"
+                f"cannot open the PostgreSQL ledger: {one_line(exc)}; "
+                "check AUTOLOOP_DB and that the server is running"
             ) from exc
         self._lock = threading.RLock()
 
@@ -107,3 +108,45 @@ class PostgresStore:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+
+def one_line(exc: BaseException) -> str:
+    """psycopg's message on one line (libpq's own spans several, with a hint on the next)."""
+    return " ".join(str(exc).split())
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """What :func:`look` found in a PostgreSQL database."""
+
+    where: str  # USER@HOST:PORT/DB, never the password
+    schema: int | None  # the ledger's schema version; None: no ledger there yet
+    facts: int  # the number of the last fact (0: none)
+
+
+def look(url: str, *, connect_timeout_s: int = 5) -> Found:
+    """The ledger at ``url``, looked at in a read-only transaction: nothing is created or
+    changed (``autoloop doctor``). Raises :class:`StoreError` with one line."""
+    import psycopg  # noqa: PLC0415  # only users of PostgreSQL need it loaded
+
+    try:
+        with psycopg.connect(url, autocommit=True, connect_timeout=connect_timeout_s) as conn:
+            info = conn.info
+            where = f"{info.user}@{info.host}:{info.port}/{info.dbname}"
+            with conn.transaction():
+                conn.execute("SET TRANSACTION READ ONLY")
+                row = conn.execute(
+                    "SELECT to_regclass('ledger_info') IS NOT NULL"
+                    " AND to_regclass('facts') IS NOT NULL"
+                ).fetchone()
+                if row is None or not row[0]:
+                    return Found(where, None, 0)
+                version = conn.execute("SELECT v FROM ledger_info WHERE k = 'schema'").fetchone()
+                last = conn.execute("SELECT coalesce(max(seq), 0) FROM facts").fetchone()
+    except psycopg.Error as exc:
+        raise StoreError(
+            f"cannot reach the PostgreSQL ledger: {one_line(exc)}; "
+            "check AUTOLOOP_DB and that the server is running"
+        ) from exc
+    schema = int(version[0]) if version is not None else None
+    return Found(where, schema, int(last[0]) if last is not None else 0)

@@ -258,3 +258,26 @@ def test_a_home_from_before_the_list_with_turns_is_guarded_too(home: Home) -> No
     (home.home / "turns" / "t1").mkdir(parents=True)
     drop_ledger(home)
     refused(home.run("status", ok=False), "is missing")
+
+
+# ------------------------------------------------------------------- the ledger's URL
+
+# A port nothing listens on, and a password that must never be printed.
+UNREACHABLE_PG = "postgresql://autoloop:hunter2-not-shown@127.0.0.1:1/ledger"
+
+
+@pytest.mark.parametrize("command", ["status", "serve", "work"])
+def test_an_unreachable_postgresql_ledger_is_one_line_without_its_password(
+    home: Home, command: str
+) -> None:
+    """libpq's message spans two lines (the failure, then a hint on the next, indented);
+    the refusal is one, and says what to check."""
+    proc = home.run(command, ok=False, AUTOLOOP_DB=UNREACHABLE_PG)
+    line = refused(proc, "cannot open the PostgreSQL ledger", "Connection refused", "AUTOLOOP_DB")
+    assert "hunter2" not in proc.stdout + proc.stderr, line
+
+
+def test_a_misspelt_ledger_url_is_one_line_without_its_password(home: Home) -> None:
+    proc = home.run("status", ok=False, AUTOLOOP_DB="postgresq://autoloop:hunter2@db/ledger")
+    line = refused(proc, "unsupported ledger URL", "postgresql://USER@HOST/DB")
+    assert "hunter2" not in line and "postgresq://autoloop:***@db/ledger" in line

@@ -18,8 +18,11 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from fakegithub.server import SandboxHandle, free_port, running_sandbox
 from ghapp.commands.doctor import deliveries_check
 from ghapp.commands.home import init_home
+from ghapp.store.base import SCHEMA_VERSION
+from ghapp.store.postgres import PostgresStore
 from tests.hub_cli import FAKES_BIN, ROOT
 from tests.servers import live_server
+from tests.stores import drop_pg_schema, fresh_pg_url
 
 RULES: dict[str, Any] = {
     "sources": {"github": {"adapter": "github"}},
@@ -317,3 +320,94 @@ def test_no_deliveries_is_a_warning_and_a_404_says_the_path_is_wrong() -> None:
     assert row.status == "FAIL"
     assert "push at 2024-05-01T10:00:00Z" in row.detail
     assert "must end in /github/webhook" in row.detail
+
+
+# ------------------------------------------------------------------- a PostgreSQL ledger
+
+
+def local_env(home: Path, db: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOLOOP_")}
+    env.update(AUTOLOOP_HOME=str(home), AUTOLOOP_DB=db)
+    return env
+
+
+def ledger_row(report: dict[str, Any]) -> tuple[str, str]:
+    row = next(c for c in report["checks"] if c["check"] == "ledger")
+    return row["status"], row["detail"]
+
+
+def ledger_tables(url: str) -> int:
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema()"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@pytest.fixture
+def pg(tmp_path: Path) -> Iterator[str]:
+    url = fresh_pg_url()
+    try:
+        yield url
+    finally:
+        drop_pg_schema(url)
+
+
+@pytest.mark.pg
+def test_a_postgresql_ledger_is_looked_at_and_not_created(pg: str, tmp_path: Path) -> None:
+    """An empty database is a warning and stays empty; a ledger there is ok with its schema
+    and last fact; one from a newer autoloop is a FAIL that says to upgrade."""
+    env = local_env(make_home(tmp_path, {"agents": {"demo": {"use": "demo"}}, "rules": []}), pg)
+    code, report, _ = doctor(env)
+    status, detail = ledger_row(report)
+    assert (code, status) == (0, "warn"), detail
+    assert "holds no ledger yet" in detail and "@127.0.0.1:" in detail
+    assert ledger_tables(pg) == 0
+
+    store = PostgresStore(pg)  # as 'autoloop serve' would make it
+    store.close()
+    code, report, _ = doctor(env)
+    status, detail = ledger_row(report)
+    assert (code, status) == (0, "ok"), detail
+    assert f"schema {SCHEMA_VERSION}, no facts yet" in detail
+
+    import psycopg
+
+    with psycopg.connect(pg, autocommit=True) as conn:
+        conn.execute("UPDATE ledger_info SET v = %s WHERE k = 'schema'", (str(SCHEMA_VERSION + 1),))
+    code, report, _ = doctor(env)
+    status, detail = ledger_row(report)
+    assert (code, status) == (1, "FAIL"), detail
+    assert detail.endswith(
+        f"has schema {SCHEMA_VERSION + 1}, newer than this autoloop knows ({SCHEMA_VERSION}): "
+        "upgrade autoloop"
+    )
+
+
+@pytest.mark.parametrize(
+    ("db", "words"),
+    [
+        (
+            "postgresql://autoloop:hunter2-not-shown@127.0.0.1:1/ledger",
+            ["cannot reach the PostgreSQL ledger", "Connection refused", "check AUTOLOOP_DB"],
+        ),
+        (
+            "postgresq://autoloop:hunter2-not-shown@db/ledger",
+            ["'postgresq://autoloop:***@db/ledger' is no ledger URL", "sqlite:///PATH"],
+        ),
+    ],
+)
+def test_a_ledger_doctor_cannot_reach_is_one_fail_row_without_its_password(
+    tmp_path: Path, db: str, words: list[str]
+) -> None:
+    env = local_env(make_home(tmp_path, {"agents": {"demo": {"use": "demo"}}, "rules": []}), db)
+    code, report, stderr = doctor(env)
+    assert code == 1
+    ((check, detail),) = fails(report)
+    assert check == "ledger" and "\n" not in detail
+    for word in words:
+        assert word in detail, detail
+    assert "hunter2" not in json.dumps(report) + stderr
