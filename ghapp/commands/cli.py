@@ -129,7 +129,10 @@ def cmd_emit(args: argparse.Namespace) -> int:
     ctx = _open()
     try:
         details = read_details(args.details)
-    except (OSError, ValueError) as exc:
+    except OSError as exc:  # the file's name once, and why: not "[Errno 2] ..."
+        why = exc.strerror or str(exc)
+        return _die(2, f"--details {args.details}: {why}; give a file holding one JSON object")
+    except ValueError as exc:
         return _die(2, f"--details: {exc}; give a file holding one JSON object")
     event = Event(
         source=args.source,

@@ -72,6 +72,19 @@ def test_details_nested_64_levels_are_kept(home: Home, tmp_path: Path) -> None:
     assert len(events(home)) == 1
 
 
+@pytest.mark.parametrize(
+    ("name", "why"), [("missing.json", "No such file or directory"), (".", "Is a directory")]
+)
+def test_a_details_file_that_cannot_be_read_is_named_with_why(
+    home: Home, tmp_path: Path, name: str, why: str
+) -> None:
+    path = tmp_path / name
+    proc = home.run("emit", "local", "x", "s", "--id", "1", "--details", str(path), ok=False)
+    line = refused(proc, f"--details {path}: {why}; give a file holding one JSON object")
+    assert "Errno" not in line
+    assert events(home) == []
+
+
 def test_details_from_dev_zero_are_refused_after_a_mebibyte(home: Home) -> None:
     proc = home.run("emit", "local", "x", "s", "--id", "1", "--details", "/dev/zero", ok=False)
     refused(proc, "--details", "more than 1048576 bytes")
