@@ -500,6 +500,21 @@ TRY_RULES = {
 }
 
 
+def _ask_option(prompt: str, n: int, tries: int = 5) -> int | None:
+    """An option's number from 1 to ``n``, asked on the terminal again after a wrong one;
+    None at the end of input or after ``tries`` wrong answers."""
+    for _ in range(tries):
+        try:
+            raw = input(prompt).strip()
+        except EOFError:
+            print(flush=True)
+            return None
+        if raw.isdigit() and 1 <= int(raw) <= n:
+            return int(raw)
+        print(f"   give the number of an option, from 1 to {n}", flush=True)
+    return None
+
+
 def cmd_try(args: argparse.Namespace) -> int:
     import tempfile  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
     import uuid  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
@@ -554,16 +569,23 @@ def cmd_try(args: argparse.Namespace) -> int:
     for i, o in enumerate(card.options, 1):
         say(f"     {i}) {o}")
     say("   nothing runs while the card waits: the wait is a row in the ledger")
+    n = len(card.options)
+    later = (
+        f"card {card.id} waits: 'AUTOLOOP_HOME={home} autoloop answer {card.id} N', "
+        "then 'autoloop drain' there, resumes the agent"
+    )
     if args.answer is not None:
         choice = args.answer
+        if not 1 <= choice <= n:
+            return _die(2, f"--answer {choice} is not an option of 1-{n}; {later}")
         say(f"3. you answer {choice} (--answer)")
     else:
         if not sys.stdin.isatty():
-            return _die(2, "no terminal to ask on: use 'autoloop try --answer N'")
-        raw = input(f"3. your answer [1-{len(card.options)}]: ").strip()
-        if not raw.isdigit():
-            return _die(2, f"{raw!r} is not an option number")
-        choice = int(raw)
+            return _die(2, f"no terminal to ask on: use 'autoloop try --answer N'; {later}")
+        asked = _ask_option(f"3. your answer [1-{n}]: ", n)
+        if asked is None:
+            return _die(2, f"no answer given; {later}")
+        choice = asked
     out = hub.answer(card.id, choice, by=os.environ.get("USER") or "you", via="cli")
     if not out.reply.ok:
         return _die(1, out.reply.message)

@@ -328,3 +328,56 @@ def test_work_help_says_which_turns_a_worker_runs_and_from_which_ledger(tmp_path
     out = " ".join(Cli(tmp_path / "home").run("work", "--help").stdout.split())
     assert '"worker" is this name or "any"' in out
     assert "AUTOLOOP_DB" in out and "AUTOLOOP_HOME" in out
+
+
+def test_try_with_an_answer_that_is_no_option_says_how_to_answer_later(tmp_path: Path) -> None:
+    c = Cli(tmp_path / "home")
+    out = c.run("try", "--answer", "9", ok=False)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    (line,) = out.stderr.strip().splitlines()
+    try_home = tmp_path / "home" / "try"
+    assert line == (
+        f"autoloop: --answer 9 is not an option of 1-3; card c1 waits: "
+        f"'AUTOLOOP_HOME={try_home} autoloop answer c1 N', then 'autoloop drain' there, "
+        "resumes the agent"
+    )
+    # as the line says: the card waited, and answering it later resumes the agent
+    later = Cli(try_home)
+    later.run("answer", "c1", "2")
+    drained = later.run("drain").stdout
+    assert "resuming demo-" in drained and "[c2] Painted it green" in drained, drained
+
+
+def test_try_on_a_terminal_asks_again_after_a_wrong_answer(tmp_path: Path) -> None:
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ghapp.commands.cli", "try"],
+        cwd=ROOT,
+        env={**Cli(tmp_path / "home").env(), "TERM": "dumb"},
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+    )
+    os.close(follower)
+    seen = b""
+    for answer in (b"purple\n", b"7\n", b"2\n"):
+        while not seen.endswith(b"[1-3]: "):
+            chunk = os.read(leader, 65536)
+            assert chunk, seen.decode()
+            seen += chunk
+        os.write(leader, answer)
+        seen += b"\n"
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the program ended and closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    assert proc.wait(timeout=60) == 0
+    os.close(leader)
+    text = (seen + b"".join(chunks)).decode()
+    assert text.count("give the number of an option, from 1 to 3") == 2, text
+    assert "4. the agent finished" in text, text
