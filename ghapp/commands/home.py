@@ -11,14 +11,13 @@ load them.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from ghapp.commands.home_ledger import (
     KNOWN_LEDGERS,
@@ -34,6 +33,7 @@ from kernel.errors import ConfigError
 
 if TYPE_CHECKING:
     from ghapp.runtime.hub import Hub
+    from ghapp.runtime.redact import Redactor
     from kernel.model import Rules
 
 __all__ = [
@@ -210,10 +210,13 @@ class Home:
 
 def secret_values(home: Path, rules: Rules, env: Mapping[str, str]) -> list[str]:
     """Values this process must never store or print: marked env vars, hub secrets."""
+    from ghapp.store.open import passwords_in  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+
     values = [env[name] for name in rules.secret_env if env.get(name)]
     for name in ("AUTOLOOP_GITHUB_WEBHOOK_SECRET", "GITHUB_TOKEN"):
         if env.get(name):
             values.append(env[name])
+    values += passwords_in(env.get("AUTOLOOP_DB", ""))
     try:
         key = (home / "master.key").read_bytes().strip()
     except OSError:
@@ -224,23 +227,17 @@ def secret_values(home: Path, rules: Rules, env: Mapping[str, str]) -> list[str]
     return values
 
 
-def make_redactor(home: Path, rules: Rules, env: Mapping[str, str]) -> Any:
-    """A ``ghapp.runtime.redact.Redactor`` for this process, or None where it is not installed."""
-    try:
-        from ghapp.runtime.redact import (  # type: ignore[import-not-found, unused-ignore]  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
-            Redactor,
-        )
-    except ImportError:  # the redactor is landing in parallel; until then, store as is
-        return None
+def make_redactor(home: Path, rules: Rules, env: Mapping[str, str]) -> Redactor:
+    """The :class:`~ghapp.runtime.redact.Redactor` of this process: patterns, plus the
+    secret values of :func:`secret_values`."""
+    from ghapp.runtime.redact import Redactor  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+
     return Redactor(extra_values=secret_values(home, rules, env))
 
 
 def make_redact(home: Path, rules: Rules, env: Mapping[str, str]) -> Callable[[str], str]:
     """The redactor for everything this process stores: patterns plus marked secret values."""
-    redactor = make_redactor(home, rules, env)
-    if redactor is None:
-        return lambda s: s
-    redact: Callable[[str], str] = redactor.redact
+    redact: Callable[[str], str] = make_redactor(home, rules, env).redact
     return redact
 
 
@@ -254,16 +251,11 @@ def configure_logs(ctx: Home) -> None:
             f"{fmt!r} is not a log format: use text (the default) or json (one object a line)",
             file="AUTOLOOP_LOG_FORMAT",
         )
+    from ghapp.runtime import logs  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+
     redactor = make_redactor(ctx.home, ctx.rules(), ctx.env)
-    try:  # ghapp.runtime.logs is landing in parallel with the redactor
-        logs: Any = importlib.import_module("ghapp.runtime.logs")
-    except ImportError:
-        logs = None
     try:
-        if redactor is None or logs is None:
-            logging.basicConfig(level=level.upper(), format="%(levelname)s %(name)s: %(message)s")
-        else:
-            logs.configure_logging(level, redactor, json=fmt == "json")
+        logs.configure_logging(level, redactor, json=fmt == "json")
     except ValueError as exc:
         raise ConfigError(
             f"{exc}; use DEBUG, INFO, WARNING or ERROR", file="AUTOLOOP_LOG_LEVEL"
@@ -272,8 +264,6 @@ def configure_logs(ctx: Home) -> None:
 
 def reset_logs() -> None:
     """Undo :func:`configure_logs` (a command's ``main`` may run inside another program)."""
-    try:
-        logs: Any = importlib.import_module("ghapp.runtime.logs")
-    except ImportError:
-        return
+    from ghapp.runtime import logs  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+
     logs.reset_logging()

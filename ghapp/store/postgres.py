@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ghapp.store.base import SqlTx, StoreError, migrate
+from ghapp.store.open import hide_passwords
 
 LOCK_ID = 0x6175746F6C6F6F70 & 0x7FFFFFFFFFFFFFFF  # "autoloop"
 
@@ -86,7 +87,7 @@ class PostgresStore:
                 raise
         except psycopg.Error as exc:
             raise StoreError(
-                f"cannot open the PostgreSQL ledger: {one_line(exc)}; "
+                f"cannot open the PostgreSQL ledger: {hide_passwords(one_line(exc), url)}; "
                 "check AUTOLOOP_DB and that the server is running"
             ) from exc
         self._lock = threading.RLock()
@@ -145,7 +146,7 @@ def look(url: str, *, connect_timeout_s: int = 5) -> Found:
                 last = conn.execute("SELECT coalesce(max(seq), 0) FROM facts").fetchone()
     except psycopg.Error as exc:
         raise StoreError(
-            f"cannot reach the PostgreSQL ledger: {one_line(exc)}; "
+            f"cannot reach the PostgreSQL ledger: {hide_passwords(one_line(exc), url)}; "
             "check AUTOLOOP_DB and that the server is running"
         ) from exc
     schema = int(version[0]) if version is not None else None

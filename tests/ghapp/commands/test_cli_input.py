@@ -290,6 +290,17 @@ def test_an_unreachable_postgresql_ledger_is_one_line_without_its_password(
     assert "hunter2" not in proc.stdout + proc.stderr, line
 
 
+@pytest.mark.parametrize("command", ["status", "serve"])
+def test_a_ledger_url_the_driver_cannot_parse_is_refused_without_its_password(
+    home: Home, command: str
+) -> None:
+    """libpq quotes a URI it cannot parse, password and all; the refusal does not."""
+    url = "postgresql://autoloop:hunter2-not-shown@[::1/ledger"
+    proc = home.run(command, ok=False, AUTOLOOP_DB=url)
+    line = refused(proc, "cannot open the PostgreSQL ledger", "postgresql://autoloop:***@[::1")
+    assert "hunter2" not in proc.stdout + proc.stderr, line
+
+
 def test_a_misspelt_ledger_url_is_one_line_without_its_password(home: Home) -> None:
     proc = home.run("status", ok=False, AUTOLOOP_DB="postgresq://autoloop:hunter2@db/ledger")
     line = refused(proc, "unsupported ledger URL", "postgresql://USER@HOST/DB")

@@ -1,0 +1,61 @@
+"""A ledger URL's password is never shown: not in a printed URL, not in a driver's message
+that quotes it, not in what the process logs or stores."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ghapp.commands.home import make_redact
+from ghapp.store.open import hide_passwords, passwords_in, shown
+from kernel.model import Rules
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("postgresql://ops:s3cret-pw@db:5432/ledger", "postgresql://ops:***@db:5432/ledger"),
+        ("postgresql://ops:p@ss@db/ledger", "postgresql://ops:***@db/ledger"),  # '@' unquoted
+        ("postgresql://ops:p%40ss@db/ledger", "postgresql://ops:***@db/ledger"),
+        ("postgresql://db/ledger?user=ops&password=s3cret", "postgresql://db/ledger?user=ops&password=***"),
+        ("postgresql://db/ledger?PASSWORD=s3cret&x=1", "postgresql://db/ledger?PASSWORD=***&x=1"),
+        ("postgresql://ops@db/ledger", "postgresql://ops@db/ledger"),
+        ("sqlite:///var/lib/autoloop/ledger.db", "sqlite:///var/lib/autoloop/ledger.db"),
+    ],
+)  # fmt: skip
+def test_shown_replaces_the_password_and_nothing_else(url: str, expected: str) -> None:
+    assert shown(url) == expected
+
+
+def test_passwords_in_gives_the_written_and_the_decoded_form() -> None:
+    assert passwords_in("postgresql://ops:p%40ss%2Fw@db/ledger") == ["p%40ss%2Fw", "p@ss/w"]
+    assert passwords_in("postgresql://ops@db/ledger?password=a%20b") == ["a%20b", "a b"]
+    assert passwords_in("postgresql://ops@db/ledger") == []
+    assert passwords_in("") == []
+
+
+def test_a_message_that_quotes_the_url_or_the_password_hides_it() -> None:
+    url = "postgresql://ops:hunter2-long@[::1/ledger"
+    message = f'bad URI: "{url}"; password hunter2-long rejected'
+    assert hide_passwords(message, url) == (
+        'bad URI: "postgresql://ops:***@[::1/ledger"; password *** rejected'
+    )
+
+
+def test_a_short_password_is_hidden_in_the_url_and_left_alone_in_words() -> None:
+    url = "postgresql://ops:a@[::1/ledger"
+    message = f'end of string reached in URI: "{url}"'
+    assert hide_passwords(message, url) == (
+        'end of string reached in URI: "postgresql://ops:***@[::1/ledger"'
+    )
+
+
+def test_the_process_redactor_masks_the_ledger_password(tmp_path: Path) -> None:
+    """What ``serve`` and ``work`` log and store goes through this redactor."""
+    env = {"AUTOLOOP_DB": "postgresql://ops:correct%20horse%20battery@db/ledger"}
+    redact = make_redact(tmp_path, Rules(version="v"), env)
+    for text in ("with correct horse battery now", "with correct%20horse%20battery now"):
+        masked = redact(text)
+        assert masked.startswith("with ") and masked.endswith(" now"), masked
+        assert "horse" not in masked, masked
