@@ -359,6 +359,10 @@ def github_checks(
             )
         ]
     if not (settings.github_app_id or settings.github_private_key):
+        try:
+            settings.webhook_secret()
+        except SettingsError as exc:
+            return [Check("GitHub settings", FAIL, str(exc))]
         return [
             Check(
                 "GitHub App",

@@ -36,7 +36,7 @@ from ghapp.runtime.ingest import IngestQueue
 from ghapp.runtime.ledger import Outcome
 from ghapp.runtime.links import CardLinks
 from ghapp.runtime.logs import batch_lines
-from ghapp.runtime.settings import Settings, SettingsError
+from ghapp.runtime.settings import RANDOM_HEX_COMMAND, Settings, SettingsError, weak_secret
 from ghapp.runtime.worker import WorkerLoop
 from ghapp.store.base import StoreError
 from ghapp.store.sqlite import SqliteStore, sqlite_file
@@ -121,10 +121,15 @@ def build(
     notes: list[str] = []
     given_secret = settings.github_webhook_secret or ""
     if secret is None and given_secret.strip():
-        secret = given_secret.encode()
+        secret = settings.webhook_secret()  # refused when weak, as with the App
         notes.append(
             "GitHub write-backs are off (webhooks are verified and recorded only): "
             "set AUTOLOOP_GITHUB_APP_ID and AUTOLOOP_GITHUB_PRIVATE_KEY to turn them on"
+        )
+    elif secret is None:
+        notes.append(
+            "GitHub webhooks are answered 503 until AUTOLOOP_GITHUB_WEBHOOK_SECRET is set "
+            "(local events, signed sources and card pages work without it)"
         )
     master = read_master_key(ctx.home)
     links = CardLinks(master, base_url=base_url)
@@ -142,6 +147,13 @@ def build(
         source_secret = ctx.env.get(var)
         if not source_secret:
             raise SettingsError(f"source {name!r}: set {var} to its HMAC secret")
+        why = weak_secret(source_secret)
+        if why is not None:
+            raise SettingsError(
+                f"source {name!r}: {var} is too weak ({why}); whoever sees one signed request "
+                f"could find it and forge others. Make one with {RANDOM_HEX_COMMAND} and give it "
+                "to the sender too"
+            )
         header = str(spec.options.get("header", "x-signature-256"))
         sources[name] = (header, source_secret.encode())
     server = Server(

@@ -33,11 +33,13 @@ from urllib.parse import urlsplit
 
 __all__ = [
     "DEFAULT_GITHUB_URL",
+    "MIN_SECRET_CHARS",
     "SETTINGS_FILE",
     "GitHubSettings",
     "Settings",
     "SettingsError",
     "home_settings_file",
+    "weak_secret",
     "write_settings_file",
 ]
 
@@ -48,8 +50,29 @@ PEM_BEGIN = "-----BEGIN"
 SETTINGS_FILE = "settings.toml"
 
 
+# A webhook or source secret signs what may start an agent: one short or made of a few
+# characters can be found from a single signed request by trying them all, and then
+# anyone can send "a maintainer commented" with a valid signature. GitHub's manifest
+# flow makes 40 hexadecimal characters; ``secrets.token_hex(32)``, 64.
+MIN_SECRET_CHARS = 16
+MIN_SECRET_DISTINCT = 6
+RANDOM_HEX_COMMAND = """python3 -c 'import secrets; print(secrets.token_hex(32))'"""
+
+
 class SettingsError(Exception):
     """A setting is missing or malformed; ``str()`` is one line saying what to do."""
+
+
+def weak_secret(value: str) -> str | None:
+    """Why ``value`` is too weak to verify signed requests with; None when it is not."""
+    text = value.strip()
+    if len(text) < MIN_SECRET_CHARS:
+        return f"{len(text)} characters: at least {MIN_SECRET_CHARS} are needed"
+    distinct = len(set(text))
+    if distinct < MIN_SECRET_DISTINCT:
+        kinds = "character" if distinct == 1 else "characters"
+        return f"only {distinct} different {kinds}: a random one is needed"
+    return None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -175,12 +198,24 @@ class Settings:
             )
         return text + "\n"
 
+    def webhook_secret(self) -> bytes:
+        """The webhook secret, checked (set, and not weak), without the App's id and key:
+        a server that only verifies and records webhooks."""
+        return self._webhook_secret()
+
     def _webhook_secret(self) -> bytes:
         raw = self.github_webhook_secret or ""
         if not raw.strip():
             raise SettingsError(
                 f"{self._where('github_webhook_secret')} is not set: set it to the webhook "
                 "secret entered in the App's settings"
+            )
+        why = weak_secret(raw)
+        if why is not None:
+            raise SettingsError(
+                f"{self._where('github_webhook_secret')} is too weak ({why}); whoever sees one "
+                "signed delivery could find it and forge webhooks. Make one with "
+                f"{RANDOM_HEX_COMMAND} and enter it here and in the App's settings"
             )
         return raw.encode("utf-8")
 

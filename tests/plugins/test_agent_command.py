@@ -154,7 +154,7 @@ def test_hung_agent_and_its_children_are_killed_at_the_timeout(tmp_path: Path) -
 def test_agent_env_has_no_hub_credentials(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     secrets = {
         "AUTOLOOP_GITHUB_PRIVATE_KEY": "-----BEGIN RSA PRIVATE KEY-----",
-        "AUTOLOOP_GITHUB_WEBHOOK_SECRET": "hook-secret",
+        "AUTOLOOP_GITHUB_WEBHOOK_SECRET": "hook-secret-for-agent-tests",
         "GITHUB_TOKEN": "ghs_secret",
         "GH_TOKEN": "gho_secret",
         "AWS_SECRET_ACCESS_KEY": "aws-secret",

@@ -411,3 +411,16 @@ def test_a_ledger_doctor_cannot_reach_is_one_fail_row_without_its_password(
     for word in words:
         assert word in detail, detail
     assert "hunter2" not in json.dumps(report) + stderr
+
+
+def test_a_weak_webhook_secret_alone_is_a_fail_row(tmp_path: Path) -> None:
+    """Ingest only (a webhook secret, no App): the secret is checked as 'serve' checks it."""
+    home = make_home(tmp_path, {"agents": {"demo": {"use": "demo"}}, "rules": []})
+    env = local_env(home, f"sqlite:///{home / 'ledger.db'}")
+    env["AUTOLOOP_GITHUB_WEBHOOK_SECRET"] = "changeme"
+    code, report, _ = doctor(env)
+    assert code == 1
+    ((check, detail),) = fails(report)
+    assert check == "GitHub settings"
+    assert detail.startswith("AUTOLOOP_GITHUB_WEBHOOK_SECRET is too weak (8 characters"), detail
+    assert "changeme" not in json.dumps(report)

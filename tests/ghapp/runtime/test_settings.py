@@ -14,6 +14,7 @@ from ghapp.runtime.settings import (
     Settings,
     SettingsError,
     home_settings_file,
+    weak_secret,
     write_settings_file,
 )
 
@@ -33,7 +34,7 @@ def github_env(**over: str) -> dict[str, str]:
         "HOME": "/home/someone",
         "AUTOLOOP_GITHUB_APP_ID": "12345",
         "AUTOLOOP_GITHUB_PRIVATE_KEY": rsa_pem(),
-        "AUTOLOOP_GITHUB_WEBHOOK_SECRET": "s3cret",
+        "AUTOLOOP_GITHUB_WEBHOOK_SECRET": "s3cret-for-the-settings-tests",
     }
     env.update(over)
     return env
@@ -66,7 +67,7 @@ def test_github_settings_from_the_environment() -> None:
     gh = Settings.from_env(env).require_github()
     assert gh.app_id == 12345
     assert gh.private_key.startswith("-----BEGIN RSA PRIVATE KEY-----")
-    assert gh.webhook_secret == b"s3cret"
+    assert gh.webhook_secret == b"s3cret-for-the-settings-tests"
     assert gh.api_url == "http://127.0.0.1:9000/api"
 
 
@@ -91,10 +92,14 @@ def test_settings_file_uses_lower_case_keys_and_env_wins(tmp_path: Path) -> None
         f'home = "{tmp_path}"\ngithub_app_id = 777\ngithub_private_key = "{pem}"\n'
         'github_webhook_secret = "from-file"\ngithub_url = "http://127.0.0.1:1/"\n'
     )
-    s = Settings.from_env({"AUTOLOOP_GITHUB_WEBHOOK_SECRET": "from-env"}, conf)
+    s = Settings.from_env({"AUTOLOOP_GITHUB_WEBHOOK_SECRET": "from-env-webhook-secret"}, conf)
     gh = s.require_github()
     assert s.home == tmp_path
-    assert (gh.app_id, gh.webhook_secret, gh.api_url) == (777, b"from-env", "http://127.0.0.1:1")
+    assert (gh.app_id, gh.webhook_secret, gh.api_url) == (
+        777,
+        b"from-env-webhook-secret",
+        "http://127.0.0.1:1",
+    )
 
 
 def test_missing_app_id_says_which_setting_and_what_to_do() -> None:
@@ -156,6 +161,30 @@ def test_missing_webhook_secret_is_refused() -> None:
     assert error_of(Settings.from_env(env)).startswith("AUTOLOOP_GITHUB_WEBHOOK_SECRET is not set")
 
 
+@pytest.mark.parametrize(
+    ("secret", "why"),
+    [
+        ("s3cret", "6 characters: at least 16 are needed"),
+        ("   short-one    ", "9 characters: at least 16 are needed"),
+        ("a" * 40, "only 1 different character: a random one is needed"),
+        ("abababababababababab", "only 2 different characters: a random one is needed"),
+    ],
+)
+def test_a_weak_webhook_secret_is_refused_with_how_to_make_one(secret: str, why: str) -> None:
+    settings = Settings.from_env(github_env(AUTOLOOP_GITHUB_WEBHOOK_SECRET=secret))
+    text = error_of(settings)
+    assert text.startswith(f"AUTOLOOP_GITHUB_WEBHOOK_SECRET is too weak ({why}); "), text
+    assert "secrets.token_hex(32)" in text and "in the App's settings" in text
+    with pytest.raises(SettingsError, match="too weak"):
+        settings.webhook_secret()  # a server that only records webhooks refuses it too
+
+
+@pytest.mark.parametrize("secret", ["0123456789abcdef", "It's a Secret to Everybody"])
+def test_a_secret_of_16_characters_or_more_of_six_kinds_is_taken(secret: str) -> None:
+    assert weak_secret(secret) is None
+    assert Settings.from_env(github_env(AUTOLOOP_GITHUB_WEBHOOK_SECRET=secret)).webhook_secret()
+
+
 def test_api_url_must_be_http() -> None:
     text = error_of(Settings.from_env(github_env(AUTOLOOP_GITHUB_URL="api.example")))
     assert "AUTOLOOP_GITHUB_URL must be an http(s) URL" in text
@@ -208,7 +237,8 @@ def test_a_relative_key_path_in_a_file_is_taken_from_the_files_folder(
     home.mkdir()
     (home / "app.pem").write_text(rsa_pem())
     (home / "settings.toml").write_text(
-        'github_app_id = 5\ngithub_private_key = "app.pem"\ngithub_webhook_secret = "x"\n'
+        'github_app_id = 5\ngithub_private_key = "app.pem"\n'
+        'github_webhook_secret = "x-moved-home-secret"\n'
     )
     monkeypatch.chdir(tmp_path)  # not the home folder
     s = Settings.from_env({"AUTOLOOP_HOME": str(home)})

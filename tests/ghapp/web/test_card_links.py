@@ -112,7 +112,10 @@ def test_serve_refuses_a_weak_master_key_before_it_starts(tmp_path: Path, conten
     home = tmp_path / "h"
     init_home(home)
     (home / "master.key").write_bytes(content)
-    env = {"AUTOLOOP_HOME": str(home), "AUTOLOOP_GITHUB_WEBHOOK_SECRET": "s" * 32}
+    env = {
+        "AUTOLOOP_HOME": str(home),
+        "AUTOLOOP_GITHUB_WEBHOOK_SECRET": "card-links-webhook-secret-32chars",
+    }
     ctx = Home.open(env=env, home=home)
     try:
         with pytest.raises(SettingsError, match=r"master\.key is refused.*autoloop init"):
@@ -128,7 +131,7 @@ def test_autoloop_serve_with_an_empty_key_exits_2_with_one_line(tmp_path: Path) 
     env = {
         **os.environ,
         "AUTOLOOP_HOME": str(home),
-        "AUTOLOOP_GITHUB_WEBHOOK_SECRET": "s" * 32,
+        "AUTOLOOP_GITHUB_WEBHOOK_SECRET": "card-links-webhook-secret-32chars",
         "PYTHONPATH": str(ROOT),
     }
     proc = subprocess.run(

@@ -15,18 +15,21 @@ import uvicorn
 from ghapp.commands import serve
 from ghapp.commands.home import Home, init_home
 from ghapp.commands.serve import build
-from ghapp.runtime.settings import Settings
+from ghapp.runtime.settings import Settings, SettingsError
 
 
 def test_a_webhook_secret_alone_runs_ingest_only_and_says_write_backs_are_off(
     tmp_path: Path,
 ) -> None:
     init_home(tmp_path, rules_text=json.dumps({"rules": []}))
-    env = {"AUTOLOOP_HOME": str(tmp_path), "AUTOLOOP_GITHUB_WEBHOOK_SECRET": "s3cret"}
+    env = {
+        "AUTOLOOP_HOME": str(tmp_path),
+        "AUTOLOOP_GITHUB_WEBHOOK_SECRET": "s3cret-for-the-ingest-tests",
+    }
     ctx = Home.open(env=env, home=tmp_path)
     try:
         running = build(ctx, Settings.from_env(env))
-        assert running.server.webhook_secret == b"s3cret"
+        assert running.server.webhook_secret == b"s3cret-for-the-ingest-tests"
         assert running.extras == []  # nothing that writes to GitHub
         (note,) = running.notes
         assert "GitHub write-backs are off" in note
@@ -35,14 +38,58 @@ def test_a_webhook_secret_alone_runs_ingest_only_and_says_write_backs_are_off(
         ctx.store.close()
 
 
-def test_no_github_settings_means_no_webhook_endpoint_and_no_note(tmp_path: Path) -> None:
+def test_no_github_settings_means_webhooks_are_refused_and_a_note_says_so(
+    tmp_path: Path,
+) -> None:
     init_home(tmp_path, rules_text=json.dumps({"rules": []}))
     env = {"AUTOLOOP_HOME": str(tmp_path)}
     ctx = Home.open(env=env, home=tmp_path)
     try:
         running = build(ctx, Settings.from_env(env))
         assert running.server.webhook_secret is None
-        assert running.notes == []
+        assert running.notes == [
+            "GitHub webhooks are answered 503 until AUTOLOOP_GITHUB_WEBHOOK_SECRET is set "
+            "(local events, signed sources and card pages work without it)"
+        ]
+    finally:
+        ctx.store.close()
+
+
+@pytest.mark.parametrize(
+    ("env", "words"),
+    [
+        (
+            {"AUTOLOOP_GITHUB_WEBHOOK_SECRET": "hunter2"},
+            "AUTOLOOP_GITHUB_WEBHOOK_SECRET is too weak (7 characters: at least 16 are needed)",
+        ),
+        (
+            {"AUTOLOOP_GITHUB_WEBHOOK_SECRET": "x" * 64},
+            "AUTOLOOP_GITHUB_WEBHOOK_SECRET is too weak (only 1 different character",
+        ),
+        (
+            {"AUTOLOOP_SOURCE_SHOP_SECRET": "shop"},
+            "source 'shop': AUTOLOOP_SOURCE_SHOP_SECRET is too weak (4 characters",
+        ),
+    ],
+)
+def test_serve_refuses_a_weak_secret_before_it_listens(
+    tmp_path: Path, env: dict[str, str], words: str
+) -> None:
+    """A short or repeated secret is found from one signed request by trying them all; then
+    anyone can sign webhooks that start agents. ``autoloop serve`` does not start on one."""
+    rules = {"sources": {"shop": {"adapter": "hmac"}}, "rules": []}
+    init_home(tmp_path, rules_text=json.dumps(rules))
+    env = {
+        "AUTOLOOP_HOME": str(tmp_path),
+        "AUTOLOOP_SOURCE_SHOP_SECRET": "shop-secret-long-enough",
+        **env,
+    }
+    ctx = Home.open(env=env, home=tmp_path)
+    try:
+        with pytest.raises(SettingsError) as info:
+            build(ctx, Settings.from_env(env))
+        assert str(info.value).startswith(words), info.value
+        assert "secrets.token_hex(32)" in str(info.value)
     finally:
         ctx.store.close()
 
@@ -65,7 +112,7 @@ def test_a_partial_github_app_configuration_is_refused_with_one_line(
     for var in ("AUTOLOOP_GITHUB_APP_ID", "AUTOLOOP_GITHUB_PRIVATE_KEY", "AUTOLOOP_DB"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("AUTOLOOP_HOME", str(tmp_path))
-    monkeypatch.setenv("AUTOLOOP_GITHUB_WEBHOOK_SECRET", "s3cret")
+    monkeypatch.setenv("AUTOLOOP_GITHUB_WEBHOOK_SECRET", "s3cret-for-the-ingest-tests")
     for var, value in given.items():
         monkeypatch.setenv(var, value)
     assert serve.main(["--port", "1"]) == 2
@@ -113,7 +160,7 @@ def test_listening_is_said_once_connections_are_queued_not_refused(
         if var.startswith("AUTOLOOP_"):
             monkeypatch.delenv(var)
     monkeypatch.setenv("AUTOLOOP_HOME", str(tmp_path))
-    monkeypatch.setenv("AUTOLOOP_GITHUB_WEBHOOK_SECRET", "s3cret")
+    monkeypatch.setenv("AUTOLOOP_GITHUB_WEBHOOK_SECRET", "s3cret-for-the-ingest-tests")
     seen: list[tuple[str, bool]] = []
 
     def run(self: uvicorn.Server, sockets: list[socket.socket]) -> None:
