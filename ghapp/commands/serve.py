@@ -29,6 +29,7 @@ from typing import Any
 
 import uvicorn
 
+from ghapp.commands import argtypes
 from ghapp.commands.home import Home, configure_logs, read_master_key, require_home, reset_logs
 from ghapp.runtime import crash
 from ghapp.runtime.inbox import Inbox, InboxError, inbox_path
@@ -315,10 +316,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080)")
-    p.add_argument("--workers", type=int, default=None, help="turns run at once (max_parallel)")
-    p.add_argument("--name", default="local", help="this worker's name")
+    p.add_argument(
+        "--workers",
+        type=argtypes.turns_at_once,
+        default=None,
+        help="turns run at once (max_parallel)",
+    )
+    p.add_argument("--name", type=argtypes.worker_name, default="local", help="this worker's name")
     p.add_argument("--config", type=Path, help="a TOML settings file")
-    p.add_argument("--base-url", default="", help="public URL of this server, for card links")
+    p.add_argument(
+        "--base-url",
+        type=argtypes.base_url,
+        default=None,
+        help="public URL of this server, for card links",
+    )
     p.add_argument(
         "--http",
         choices=("auto", "httptools", "h11"),

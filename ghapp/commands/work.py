@@ -14,6 +14,7 @@ import signal
 import sys
 import threading
 
+from ghapp.commands.argtypes import poll_seconds, turns_at_once, worker_name
 from ghapp.commands.home import Home, configure_logs, home_from_env, require_home, reset_logs
 from ghapp.runtime.worker import WorkerLoop
 from ghapp.store.base import StoreError
@@ -40,12 +41,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--name",
+        type=worker_name,
         default="local",
         help="this worker's name (default local): it runs the turns of agents whose "
         '"worker" is this name or "any"',
     )
-    p.add_argument("--parallel", type=int, default=None, help="turns at once (max_parallel)")
-    p.add_argument("--poll", type=float, default=1.0, help="seconds between looks at the ledger")
+    p.add_argument(
+        "--parallel", type=turns_at_once, default=None, help="turns at once (max_parallel)"
+    )
+    p.add_argument(
+        "--poll", type=poll_seconds, default=1.0, help="seconds between looks at the ledger"
+    )
     return p
 
 

@@ -381,3 +381,36 @@ def test_try_on_a_terminal_asks_again_after_a_wrong_answer(tmp_path: Path) -> No
     text = (seen + b"".join(chunks)).decode()
     assert text.count("give the number of an option, from 1 to 3") == 2, text
     assert "4. the agent finished" in text, text
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["work", "--parallel", "0"], "argument --parallel: 0: give 1 or more turns at once"),
+        (["work", "--parallel", "two"], "argument --parallel: 'two' is not a whole number"),
+        (["work", "--poll", "nan"], "argument --poll: nan: give seconds from 0.01 to 3600"),
+        (["work", "--poll", "-1"], "argument --poll: -1: give seconds from 0.01 to 3600"),
+        (["work", "--name", ""], "argument --name: '': give the name an agent's \"worker\""),
+        (["work", "--name", "any"], "argument --name: 'any' is what an agent's \"worker\" says"),
+        (["serve", "--workers", "-1"], "argument --workers: -1: give 1 or more turns at once"),
+        (["serve", "--name", "a\tb"], "argument --name: 'a\\tb': give the name"),
+        (
+            ["serve", "--base-url", "autoloop.example.com"],
+            "argument --base-url: 'autoloop.example.com': give the public http(s) address",
+        ),
+        (
+            ["serve", "--base-url", "https://x.example.com/?a=1"],
+            "argument --base-url: 'https://x.example.com/?a=1': give the public http(s)",
+        ),
+    ],
+)
+def test_serve_and_work_refuse_a_bad_option_before_they_start(
+    tmp_path: Path, argv: list[str], words: str
+) -> None:
+    """Before this check, 'work --poll nan' logged a ValueError every step, '--parallel 0'
+    ran no turn at all, and '--base-url foo' made card links that lead nowhere."""
+    c = starter(tmp_path)
+    out = c.run(*argv, "--port", "0", ok=False) if argv[0] == "serve" else c.run(*argv, ok=False)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert f"autoloop {argv[0]}: error: {words}" in out.stderr, out.stderr
+    assert "started" not in out.stdout and "listening" not in out.stdout
