@@ -13,8 +13,8 @@ from ghapp.store.base import Store, StoreError
 __all__ = ["hide_passwords", "open_store", "passwords_in", "shown"]
 
 _PASSWORD = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^/@:]*):([^/]*)@")
-MIN_HIDDEN = 4  # see hide_passwords
 _PASSWORD_PARAM = re.compile(r"([?&]password=)([^&]*)", re.IGNORECASE)
+MIN_HIDDEN = 4  # see hide_passwords
 
 
 def open_store(url: str) -> Store:

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ghapp.store.base import SqlTx, StoreError, migrate
+from ghapp.store.base import SCHEMA_VERSION, SqlTx, StoreError, migrate
 from ghapp.store.open import hide_passwords
 
 LOCK_ID = 0x6175746F6C6F6F70 & 0x7FFFFFFFFFFFFFFF  # "autoloop"
@@ -149,5 +149,6 @@ def look(url: str, *, connect_timeout_s: int = 5) -> Found:
             f"cannot reach the PostgreSQL ledger: {hide_passwords(one_line(exc), url)}; "
             "check AUTOLOOP_DB and that the server is running"
         ) from exc
-    schema = int(version[0]) if version is not None else None
+    # no schema row: a ledger from before the row existed, taken as current (as migrate does)
+    schema = int(version[0]) if version is not None else SCHEMA_VERSION
     return Found(where, schema, int(last[0]) if last is not None else 0)
