@@ -256,10 +256,8 @@ def configure_logs(ctx: Home) -> None:
     redactor = make_redactor(ctx.home, ctx.rules(), ctx.env)
     try:
         logs.configure_logging(level, redactor, json=fmt == "json")
-    except ValueError as exc:
-        raise ConfigError(
-            f"{exc}; use DEBUG, INFO, WARNING or ERROR", file="AUTOLOOP_LOG_LEVEL"
-        ) from None
+    except ValueError as exc:  # its text names the levels to use
+        raise ConfigError(str(exc), file="AUTOLOOP_LOG_LEVEL") from None
 
 
 def reset_logs() -> None:

@@ -305,3 +305,15 @@ def test_a_misspelt_ledger_url_is_one_line_without_its_password(home: Home) -> N
     proc = home.run("status", ok=False, AUTOLOOP_DB="postgresq://autoloop:hunter2@db/ledger")
     line = refused(proc, "unsupported ledger URL", "postgresql://USER@HOST/DB")
     assert "hunter2" not in line and "postgresq://autoloop:***@db/ledger" in line
+
+
+@pytest.mark.parametrize("command", ["serve", "work"])
+def test_an_unknown_log_level_is_one_line_that_names_the_levels_once(
+    home: Home, command: str
+) -> None:
+    args = ["--port", "0"] if command == "serve" else []
+    line = refused(home.run(command, *args, ok=False, AUTOLOOP_LOG_LEVEL="verbose"))
+    assert line == (
+        f"autoloop {command}: AUTOLOOP_LOG_LEVEL: unknown log level 'verbose'; "
+        "use one of DEBUG, INFO, WARNING, ERROR, CRITICAL"
+    )
