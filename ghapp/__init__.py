@@ -1,4 +1,4 @@
-"""The shell: one folder per concept, layered ``commands > web > github > runtime > store``.
+"""The shell: one folder per concept, layered commands > web > github > runtime > store.
 
 - ``store``: the ledger stores (SQLite by default, PostgreSQL for replicas)
 - ``runtime``: the hub, the ledger loop, ingest, workers, turns, budget, redaction, logs

@@ -94,7 +94,7 @@ def ledger_check(db: str) -> Check:
     if db.startswith(("postgresql:", "postgres:")):
         return postgres_check(db)
     if not db.startswith("sqlite:"):
-        from ghapp.store.open import shown  # noqa: PLC0415  # only for this row
+        from ghapp.store.urls import shown  # noqa: PLC0415  # only for this row
 
         return Check(
             "ledger",

@@ -210,7 +210,7 @@ class Home:
 
 def secret_values(home: Path, rules: Rules, env: Mapping[str, str]) -> list[str]:
     """Values this process must never store or print: marked env vars, hub secrets."""
-    from ghapp.store.open import passwords_in  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+    from ghapp.store.urls import passwords_in  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
 
     values = [env[name] for name in rules.secret_env if env.get(name)]
     for name in ("AUTOLOOP_GITHUB_WEBHOOK_SECRET", "GITHUB_TOKEN"):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ghapp.store.base import SCHEMA_VERSION, SqlTx, StoreError, migrate
-from ghapp.store.open import hide_passwords
+from ghapp.store.urls import hide_passwords
 
 LOCK_ID = 0x6175746F6C6F6F70 & 0x7FFFFFFFFFFFFFFF  # "autoloop"
 

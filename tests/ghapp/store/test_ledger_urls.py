@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ghapp.commands.home import make_redact
-from ghapp.store.open import hide_passwords, passwords_in, shown
+from ghapp.store.urls import hide_passwords, passwords_in, shown
 from kernel.model import Rules
 
 
