@@ -2,7 +2,8 @@
 
 Rows, in order: the settings; the home folder, ``master.key`` and the ledger (a SQLite
 file, or a PostgreSQL database looked at in a read-only transaction); the rules
-file; each agent's program on PATH; each rule's ``cwd``; then, with a GitHub App
+file; each agent's program on PATH; each rule's ``cwd``; each signed source's secret
+(set, and not weak); then, with a GitHub App
 configured: the key file's mode, the App id and key against ``GET /app``, the App's
 registered permissions and events, each installation's granted permissions and events,
 and the App's recent webhook deliveries (``GET /app/hook/deliveries``: a newest delivery
@@ -39,7 +40,7 @@ from ghapp.github.errors import GitHubError, NotFound, Unauthorized, Unreachable
 from ghapp.github.manifest import WEBHOOK_PATH, events_missing, permissions_missing
 from ghapp.github.retry import Policy
 from ghapp.runtime.rules_file import load_rules, rules_path
-from ghapp.runtime.settings import GitHubSettings, Settings, SettingsError
+from ghapp.runtime.settings import GitHubSettings, Settings, SettingsError, hmac_source
 from kernel.errors import ConfigError
 from kernel.model import AgentSpec, Rules
 
@@ -219,6 +220,22 @@ def agent_checks(home: Path, rules: Rules, env: Mapping[str, str]) -> list[Check
 def _cwd(home: Path, cwd: str) -> Path:
     path = Path(cwd).expanduser()
     return path if path.is_absolute() else home / path
+
+
+def source_checks(rules: Rules, env: Mapping[str, str]) -> list[Check]:
+    """Each signed source of rules.json: its secret set and not weak, as 'autoloop serve'
+    requires before it starts."""
+    rows = []
+    for name, spec in rules.sources.items():
+        if spec.adapter != "hmac":
+            continue
+        try:
+            header, _ = hmac_source(name, spec.options, env)
+        except SettingsError as exc:
+            rows.append(Check(f"source {name}", FAIL, str(exc)))
+            continue
+        rows.append(Check(f"source {name}", OK, f"POST /v1/in/{name}, signed in {header}"))
+    return rows
 
 
 def cwd_checks(home: Path, rules: Rules) -> list[Check]:
@@ -467,6 +484,7 @@ def run_checks(
     if rules is not None:
         rows += agent_checks(settings.home, rules, env)
         rows += cwd_checks(settings.home, rules)
+        rows += source_checks(rules, env)
     rows += github_checks(settings, now=now(), client_for=client_for)
     return rows
 

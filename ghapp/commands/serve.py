@@ -37,7 +37,7 @@ from ghapp.runtime.ingest import IngestQueue
 from ghapp.runtime.ledger import Outcome
 from ghapp.runtime.links import CardLinks
 from ghapp.runtime.logs import batch_lines
-from ghapp.runtime.settings import RANDOM_HEX_COMMAND, Settings, SettingsError, weak_secret
+from ghapp.runtime.settings import Settings, SettingsError, hmac_source
 from ghapp.runtime.worker import WorkerLoop
 from ghapp.store.base import StoreError
 from ghapp.store.sqlite import SqliteStore, sqlite_file
@@ -142,21 +142,8 @@ def build(
     queue = IngestQueue(hub.ledger, on_commit=lambda outs: worker.wake())
     sources: dict[str, tuple[str, bytes]] = {}
     for name, spec in rules.sources.items():
-        if spec.adapter != "hmac":
-            continue
-        var = str(spec.options.get("secret_env", f"AUTOLOOP_SOURCE_{name.upper()}_SECRET"))
-        source_secret = ctx.env.get(var)
-        if not source_secret:
-            raise SettingsError(f"source {name!r}: set {var} to its HMAC secret")
-        why = weak_secret(source_secret)
-        if why is not None:
-            raise SettingsError(
-                f"source {name!r}: {var} is too weak ({why}); whoever sees one signed request "
-                f"could find it and forge others. Make one with {RANDOM_HEX_COMMAND} and give it "
-                "to the sender too"
-            )
-        header = str(spec.options.get("header", "x-signature-256"))
-        sources[name] = (header, source_secret.encode())
+        if spec.adapter == "hmac":
+            sources[name] = hmac_source(name, spec.options, ctx.env)
     server = Server(
         hub=hub,
         queue=queue,

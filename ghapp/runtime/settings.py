@@ -38,6 +38,7 @@ __all__ = [
     "GitHubSettings",
     "Settings",
     "SettingsError",
+    "hmac_source",
     "home_settings_file",
     "weak_secret",
     "write_settings_file",
@@ -61,6 +62,26 @@ RANDOM_HEX_COMMAND = """python3 -c 'import secrets; print(secrets.token_hex(32))
 
 class SettingsError(Exception):
     """A setting is missing or malformed; ``str()`` is one line saying what to do."""
+
+
+def hmac_source(
+    name: str, options: Mapping[str, object], env: Mapping[str, str]
+) -> tuple[str, bytes]:
+    """The signature header and the secret of the signed source ``name`` (its options in
+    rules.json; the secret from the variable ``secret_env`` names, by default
+    ``AUTOLOOP_SOURCE_NAME_SECRET``), checked: set, and not weak (:func:`weak_secret`)."""
+    var = str(options.get("secret_env", f"AUTOLOOP_SOURCE_{name.upper()}_SECRET"))
+    secret = env.get(var)
+    if not secret:
+        raise SettingsError(f"source {name!r}: set {var} to its HMAC secret")
+    why = weak_secret(secret)
+    if why is not None:
+        raise SettingsError(
+            f"source {name!r}: {var} is too weak ({why}); whoever sees one signed request "
+            f"could find it and forge others. Make one with {RANDOM_HEX_COMMAND} and give it "
+            "to the sender too"
+        )
+    return str(options.get("header", "x-signature-256")), secret.encode()
 
 
 def weak_secret(value: str) -> str | None:

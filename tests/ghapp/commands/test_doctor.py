@@ -424,3 +424,28 @@ def test_a_weak_webhook_secret_alone_is_a_fail_row(tmp_path: Path) -> None:
     assert check == "GitHub settings"
     assert detail.startswith("AUTOLOOP_GITHUB_WEBHOOK_SECRET is too weak (8 characters"), detail
     assert "changeme" not in json.dumps(report)
+
+
+@pytest.mark.parametrize(
+    ("secret", "status", "detail"),
+    [
+        (None, "FAIL", "source 'shop': set SHOP_HMAC to its HMAC secret"),
+        ("shop", "FAIL", "source 'shop': SHOP_HMAC is too weak (4 characters"),
+        ("a-long-enough-shop-secret", "ok", "POST /v1/in/shop, signed in x-shop-signature"),
+    ],
+)
+def test_each_signed_source_is_a_row_as_serve_would_take_it(
+    tmp_path: Path, secret: str | None, status: str, detail: str
+) -> None:
+    """Before these rows, doctor said "no problems found" for a source whose secret was
+    not set, and 'autoloop serve' then refused to start."""
+    source = {"adapter": "hmac", "header": "x-shop-signature", "secret_env": "SHOP_HMAC"}
+    rules = {"sources": {"shop": source}, "agents": {"demo": {"use": "demo"}}, "rules": []}
+    env = local_env(make_home(tmp_path, rules), f"sqlite:///{tmp_path / 'ledger.db'}")
+    if secret is not None:
+        env["SHOP_HMAC"] = secret
+    code, report, _ = doctor(env)
+    row = next(c for c in report["checks"] if c["check"] == "source shop")
+    assert (row["status"], code) == (status, 0 if status == "ok" else 1), row
+    assert row["detail"].startswith(detail), row
+    assert "a-long-enough" not in json.dumps(report)
