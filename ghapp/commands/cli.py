@@ -18,6 +18,8 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from kernel.text import for_terminal
+
 if TYPE_CHECKING:  # the commands import what they use: --help and status start fast
     from ghapp.commands.home import Home
     from ghapp.commands.show import Out
@@ -57,7 +59,7 @@ class UsageError(Exception):
 
 
 def _die(code: int, message: str) -> int:
-    print(f"autoloop: {message}", file=sys.stderr)
+    print(f"autoloop: {for_terminal(message)}", file=sys.stderr)
     return code
 
 
@@ -148,7 +150,7 @@ def cmd_emit(args: argparse.Namespace) -> int:
     if args.json:
         _print_json({"code": r.code, "message": r.message, **dict(r.data)})
     else:
-        print(r.message)
+        print(for_terminal(r.message))
     return 0
 
 
@@ -345,7 +347,7 @@ def cmd_why(args: argparse.Namespace) -> int:
         _print_json(trail)
         return 0
     for line in why_lines(ctx.store, args.turn):
-        print(line)
+        print(for_terminal(line))
     return 0
 
 
@@ -368,7 +370,7 @@ def _why_delivery(ctx: Home, args: argparse.Namespace) -> int:
         _print_json(story)
         return 0
     for line in story_lines(story):
-        print(line)
+        print(for_terminal(line))
     return 0
 
 
@@ -432,7 +434,7 @@ def cmd_dismiss(args: argparse.Namespace) -> int:
     if args.json:
         _print_json({"card": args.card, "state": "closed", "message": out.reply.message})
     else:
-        print(out.reply.message)
+        print(for_terminal(out.reply.message))
     return 0
 
 
@@ -449,7 +451,7 @@ def cmd_answer(args: argparse.Namespace) -> int:
     if args.json:
         _print_json({"card": args.card, "choice": choice, "message": out.reply.message})
         return 0
-    print(f"answered {out.reply.message}; run 'autoloop drain' to resume the agent")
+    print(f"answered {for_terminal(out.reply.message)}; run 'autoloop drain' to resume the agent")
     return 0
 
 
@@ -539,7 +541,7 @@ def cmd_try(args: argparse.Namespace) -> int:
 
     def say(text: str) -> None:
         if not args.json:
-            print(text, flush=True)
+            print(for_terminal(text), flush=True)
 
     opened: list[Card] = []
 

@@ -22,6 +22,8 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TextIO
 
+from kernel.text import for_terminal
+
 __all__ = ["Out", "terminal"]
 
 
@@ -45,13 +47,14 @@ class Out:
             self._console = Console(file=self.stream, highlight=False)
 
     def line(self, text: str = "") -> None:
+        text = for_terminal(text)  # text from others drives no terminal (kernel.text)
         if self._console is not None:
             self._console.print(text, markup=False, highlight=False, soft_wrap=True)
         else:
             print(text, file=self.stream, flush=True)
 
     def table(self, title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
-        cells = [["" if c is None else str(c) for c in row] for row in rows]
+        cells = [["" if c is None else for_terminal(str(c)) for c in row] for row in rows]
         if self._console is not None:
             from rich.table import Table  # noqa: PLC0415  # imported late: only a terminal needs it, and start-up stays fast
             from rich.text import Text  # noqa: PLC0415  # imported late: only a terminal needs it, and start-up stays fast

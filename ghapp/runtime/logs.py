@@ -34,6 +34,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ghapp.runtime.redact import Redactor
+from kernel.text import for_terminal
 
 __all__ = ["batch_lines", "configure_logging", "get_logger", "info_line", "reset_logging"]
 
@@ -253,12 +254,14 @@ class _TextFormatter(logging.Formatter):
             and not record.exc_text
             and not record.stack_info
         )
-        return line if clean else self._redactor.redact(line)
+        # a title or header written by others drives no terminal that shows the log
+        return for_terminal(line if clean else self._redactor.redact(line))
 
     def line(self, name: str, message: str) -> str:
         """The INFO line :meth:`format` would write for ``message`` on logger ``name``,
         now, redacted."""
-        return f"{self._stamp(time.time())} INFO {name}: {self._redactor.redact(message)}"
+        text = for_terminal(self._redactor.redact(message))
+        return f"{self._stamp(time.time())} INFO {name}: {text}"
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
         return self._stamp(record.created)

@@ -15,6 +15,7 @@ from typing import Any, TextIO
 
 from kernel.model import ChannelSpec
 from kernel.records import Card, Matter
+from kernel.text import for_terminal
 
 
 def render(card: Card) -> str:
@@ -35,7 +36,7 @@ class ConsoleChannel:
         self.out = out or sys.stderr
 
     def send(self, card: Card, matter: Matter | None, *, previous_ref: str) -> str:
-        print(render(card), file=self.out, flush=True)
+        print(for_terminal(render(card)), file=self.out, flush=True)
         return f"console:{card.id}"
 
 

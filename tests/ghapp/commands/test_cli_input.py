@@ -317,3 +317,26 @@ def test_an_unknown_log_level_is_one_line_that_names_the_levels_once(
         f"autoloop {command}: AUTOLOOP_LOG_LEVEL: unknown log level 'verbose'; "
         "use one of DEBUG, INFO, WARNING, ERROR, CRITICAL"
     )
+
+
+def test_text_from_others_drives_no_terminal(tmp_path: Path) -> None:
+    """An event's subject (an issue title, a source's field) with terminal sequences in
+    it: clear the screen, retitle the window, overwrite the line. Every command that shows
+    it shows them escaped; --json escapes them as JSON does."""
+    h = Home(tmp_path)
+    h.rules(
+        {
+            "agents": {"demo": {"use": "demo"}},
+            "rules": [{"name": "hello", "on": {"type": "hello.world"}, "agent": "demo"}],
+        }
+    )
+    evil = "Crash\x1b[2J\x1b]0;pwned\x07\r on start\u202e"
+    outputs = [h.run("emit", "local", "hello.world", evil, "--id", "e1", "--summary", evil)]
+    outputs += [h.run(*argv) for argv in (["drain"], ["status"], ["cards"], ["why", "t1"])]
+    for proc in outputs:
+        both = proc.stdout + proc.stderr
+        assert not any(c in both for c in "\x1b\x07\r\u202e"), (proc.args, both)
+    why = outputs[-1].stdout
+    assert "Crash\\x1b[2J\\x1b]0;pwned\\x07\\r on start\\u202e" in why, why
+    (event,) = h.json("status")["events"]
+    assert event["subject"] == evil  # the ledger keeps the text as it came

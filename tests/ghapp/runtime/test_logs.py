@@ -238,3 +238,21 @@ def test_an_info_line_goes_through_logging_when_another_handler_listens() -> Non
         get_logger("autoloop.webhook").setLevel(logging.NOTSET)
     reset_logging()
     assert "d-3" in out.getvalue() and "not at this level" not in out.getvalue()
+
+
+def test_a_control_character_in_a_log_line_is_shown_escaped() -> None:
+    """An issue title or a request header with ESC in it drives no terminal that shows
+    the log: in a record's message, its arguments, and the server's line per webhook."""
+    out = io.StringIO()
+    configure_logging("INFO", REDACTOR, stream=out)
+    log = get_logger("ghapp.test")
+    log.info("issue opened: %s", "Crash\x1b[2J\x1b]0;pwned\x07 on start")
+    log.info("from the message itself\r\x1b[1A")
+    batch_lines(60.0)  # as 'autoloop serve': the line per webhook skips the LogRecord
+    info_line(log, "webhook x\x1b[31my", {})
+    logging.getLogger().handlers[-1].flush()
+    text = out.getvalue()
+    assert "\x1b" not in text and "\r" not in text and "\x07" not in text
+    assert "issue opened: Crash\\x1b[2J\\x1b]0;pwned\\x07 on start" in text
+    assert "from the message itself\\r\\x1b[1A" in text
+    assert text.endswith("ghapp.test: webhook x\\x1b[31my\n")

@@ -1,0 +1,30 @@
+"""Text written by others, made safe to show on a terminal.
+
+Issue titles, comments, event subjects and an agent's card text reach ``autoloop
+status``, ``why``, ``cards``, ``drain`` and the server's log lines. A control character
+in them (ESC starting a terminal sequence, a carriage return, a backspace) or a
+bidirectional override would let whoever wrote the text clear the screen, retitle the
+window, overwrite what was printed before it or reorder what follows. :func:`for_terminal`
+shows each such character escaped (``\\x1b``, ``\\r``, ``\\u202e``); newlines and tabs stay.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["for_terminal"]
+
+# C0 controls but tab and newline; DEL and the C1 controls; the bidirectional embeddings,
+# overrides and isolates (U+202A-U+202E, U+2066-U+2069).
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escaped(match: re.Match[str]) -> str:
+    return match.group().encode("unicode_escape").decode("ascii")
+
+
+def for_terminal(text: str) -> str:
+    """``text`` with every character that could drive a terminal shown escaped."""
+    if _UNSAFE.search(text) is None:
+        return text
+    return _UNSAFE.sub(_escaped, text)
