@@ -37,7 +37,7 @@ from ghapp.runtime.ingest import IngestQueue
 from ghapp.runtime.ledger import Outcome
 from ghapp.runtime.links import CardLinks
 from ghapp.runtime.logs import batch_lines
-from ghapp.runtime.settings import Settings, SettingsError, hmac_source
+from ghapp.runtime.settings import MIN_SECRET_CHARS, Settings, SettingsError, hmac_source
 from ghapp.runtime.worker import WorkerLoop
 from ghapp.store.base import StoreError
 from ghapp.store.sqlite import SqliteStore, sqlite_file
@@ -279,16 +279,19 @@ def listen_socket(host: str, port: int) -> socket.socket:
 
 
 # What ``serve --help`` says of the settings (ghapp.runtime.settings.KEYS, each one named).
-SETTINGS_HELP = """settings, from the environment, else the TOML file of --config, else the home's
+SETTINGS_HELP = f"""settings, from the environment, else the TOML file of --config, else the home's
 settings.toml:
   AUTOLOOP_GITHUB_WEBHOOK_SECRET
-      webhooks to /github/webhook are verified and recorded (without it: 503)
+      webhooks to /github/webhook are verified and recorded (without it: 503);
+      at least {MIN_SECRET_CHARS} characters, random: a weaker one is refused
   AUTOLOOP_GITHUB_APP_ID, AUTOLOOP_GITHUB_PRIVATE_KEY
       the App (the key as PEM text or a file's path): write-backs, cards as comments
   AUTOLOOP_GITHUB_URL
       GitHub's REST base (default https://api.github.com)
   AUTOLOOP_HOME, AUTOLOOP_DB
       the home folder (default ~/.autoloop) and the ledger (default its ledger.db)
+  AUTOLOOP_SOURCE_NAME_SECRET (or a source's "secret_env" in rules.json)
+      each signed source's HMAC secret, as strong as the webhook secret
 
 'autoloop app create' registers an App and writes these; 'autoloop doctor' checks
 them. docs/github-app.md and docs/deploy.md tell more."""

@@ -20,7 +20,7 @@ import pytest
 from ghapp.commands import action as action_command
 from ghapp.commands import action_env, serve, work
 from ghapp.commands import cli as cli_module
-from ghapp.runtime.settings import KEYS
+from ghapp.runtime.settings import KEYS, MIN_SECRET_CHARS
 from tests.ghapp.commands.test_cli import ROOT, Cli, one_rule
 
 
@@ -322,6 +322,9 @@ def test_serve_help_names_every_setting_it_reads(tmp_path: Path) -> None:
     for key in KEYS:
         assert f"AUTOLOOP_{key.upper()}" in out, (key, out)
     assert "autoloop app create" in out and "autoloop doctor" in out
+    # what 'serve' refuses, said before it is met (settings.MIN_SECRET_CHARS)
+    assert f"at least {MIN_SECRET_CHARS} characters, random" in out
+    assert "AUTOLOOP_SOURCE_NAME_SECRET" in out
 
 
 def test_work_help_says_which_turns_a_worker_runs_and_from_which_ledger(tmp_path: Path) -> None:
