@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ __all__ = [
     "SettingsError",
     "hmac_source",
     "home_settings_file",
+    "source_secret_var",
     "weak_secret",
     "write_settings_file",
 ]
@@ -64,14 +66,24 @@ class SettingsError(Exception):
     """A setting is missing or malformed; ``str()`` is one line saying what to do."""
 
 
+def source_secret_var(name: str) -> str:
+    """The variable a signed source's secret is read from by default: its name upper-cased,
+    each character a shell cannot put in a variable's name (``-``, ``.``) as ``_``
+    (source ``my-shop``: ``AUTOLOOP_SOURCE_MY_SHOP_SECRET``)."""
+    return "AUTOLOOP_SOURCE_" + re.sub(r"[^A-Z0-9_]", "_", name.upper()) + "_SECRET"
+
+
 def hmac_source(
     name: str, options: Mapping[str, object], env: Mapping[str, str]
 ) -> tuple[str, bytes]:
     """The signature header and the secret of the signed source ``name`` (its options in
     rules.json; the secret from the variable ``secret_env`` names, by default
-    ``AUTOLOOP_SOURCE_NAME_SECRET``), checked: set, and not weak (:func:`weak_secret`)."""
-    var = str(options.get("secret_env", f"AUTOLOOP_SOURCE_{name.upper()}_SECRET"))
+    :func:`source_secret_var`), checked: set, and not weak (:func:`weak_secret`)."""
+    var = str(options.get("secret_env", source_secret_var(name)))
     secret = env.get(var)
+    if not secret and "secret_env" not in options:
+        # the earlier default, still read: with "-" or "." in it, set outside a shell
+        secret = env.get(f"AUTOLOOP_SOURCE_{name.upper()}_SECRET")
     if not secret:
         raise SettingsError(f"source {name!r}: set {var} to its HMAC secret")
     why = weak_secret(secret)

@@ -13,7 +13,9 @@ from ghapp.runtime.settings import (
     DEFAULT_GITHUB_URL,
     Settings,
     SettingsError,
+    hmac_source,
     home_settings_file,
+    source_secret_var,
     weak_secret,
     write_settings_file,
 )
@@ -262,3 +264,31 @@ def test_writing_settings_keeps_other_keys_and_is_private(tmp_path: Path) -> Non
     )
     with pytest.raises(ValueError, match="unknown setting"):
         write_settings_file(conf, {"github_appid": 1})
+
+
+@pytest.mark.parametrize(
+    ("name", "var"),
+    [
+        ("shop", "AUTOLOOP_SOURCE_SHOP_SECRET"),
+        ("my-shop", "AUTOLOOP_SOURCE_MY_SHOP_SECRET"),
+        ("shop.v2", "AUTOLOOP_SOURCE_SHOP_V2_SECRET"),
+    ],
+)
+def test_a_source_secret_is_read_from_a_variable_a_shell_can_set(name: str, var: str) -> None:
+    """A source may be named with '-' or '.'; a shell cannot export a variable named so."""
+    assert source_secret_var(name) == var
+    secret = "a-long-enough-source-secret"
+    assert hmac_source(name, {}, {var: secret}) == ("x-signature-256", secret.encode())
+    with pytest.raises(SettingsError, match=f"source '{name}': set {var} to its HMAC secret"):
+        hmac_source(name, {}, {})
+
+
+def test_the_earlier_variable_name_of_a_source_secret_is_still_read() -> None:
+    env = {"AUTOLOOP_SOURCE_MY-SHOP_SECRET": "set-through-a-service-file"}
+    assert hmac_source("my-shop", {"header": "x-sig"}, env) == (
+        "x-sig",
+        b"set-through-a-service-file",
+    )
+    # a source that names its variable reads that one only
+    with pytest.raises(SettingsError, match="set SHOP_HMAC"):
+        hmac_source("my-shop", {"secret_env": "SHOP_HMAC"}, env)

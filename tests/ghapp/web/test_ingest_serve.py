@@ -212,3 +212,19 @@ def test_settle_heap_leaves_requests_in_flight_to_their_reference_counts() -> No
     finally:
         gc.unfreeze()
         gc.set_threshold(*before)
+
+
+def test_a_source_named_with_a_dash_takes_its_secret_from_a_shell_variable(
+    tmp_path: Path,
+) -> None:
+    rules = {"sources": {"my-shop": {"adapter": "hmac"}}, "rules": []}
+    init_home(tmp_path, rules_text=json.dumps(rules))
+    env = {"AUTOLOOP_HOME": str(tmp_path), "AUTOLOOP_SOURCE_MY_SHOP_SECRET": "my-shop-secret-16+"}
+    ctx = Home.open(env=env, home=tmp_path)
+    try:
+        running = build(ctx, Settings.from_env(env))
+        assert running.server.source_secrets == {
+            "my-shop": ("x-signature-256", b"my-shop-secret-16+")
+        }
+    finally:
+        ctx.store.close()
