@@ -38,7 +38,7 @@ import orjson
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
@@ -53,7 +53,7 @@ from ghapp.runtime.ingest import ASIDE_BYTES, IngestQueue
 from ghapp.runtime.links import CardLinks
 from ghapp.runtime.webhooks import BadBody, content_digest, inputs_for, webhook_payload
 from ghapp.web.access import WebhookLog
-from ghapp.web.cards import form_choice, render_card_page
+from ghapp.web.cards import form_choice, page, render_card_page
 from ghapp.web.metrics import Metrics, render_metrics
 from kernel import inputs as k
 from kernel.model import Event
@@ -384,27 +384,27 @@ def create_app(server: Server) -> Starlette:
         links = server.links
         card_id = links.verify(request.path_params["token"]) if links else None
         if card_id is None:
-            return HTMLResponse("<p>This card link is invalid or has expired.</p>", 404)
+            return page("<p>This card link is invalid or has expired.</p>", 404)
         with server.hub.store.read() as tx:
             card = tx.get("card", card_id)
         if not isinstance(card, Card):
-            return HTMLResponse("<p>Unknown card.</p>", 404)
+            return page("<p>Unknown card.</p>", 404)
         if request.method == "POST":
             body = await _read_body(request)
             if isinstance(body, Response):
                 return body
             choice = form_choice(body)
             if choice is None:
-                return HTMLResponse("<p>Pick one of the options.</p>", 400)
+                return page("<p>Pick one of the options.</p>", 400)
             try:
                 out = server.hub.answer(card_id, choice, by="card-link", via="link")
             except Exception as exc:  # the ledger cannot append (e.g. a full disk)
                 _unrecorded(f"the answer to card {card_id}", exc)
-                return HTMLResponse("<p>Your answer could not be saved; try again later.</p>", 503)
+                return page("<p>Your answer could not be saved; try again later.</p>", 503)
             server.wake()
             status = 200 if out.reply.ok else 409
-            return HTMLResponse(f"<p>{html.escape(out.reply.message)}</p>", status)
-        return HTMLResponse(render_card_page(card, request.path_params["token"]))
+            return page(f"<p>{html.escape(out.reply.message)}</p>", status)
+        return page(render_card_page(card, request.path_params["token"]), title=card.title)
 
     async def healthz(request: Request) -> Response:
         try:

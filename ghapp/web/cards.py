@@ -8,9 +8,35 @@ from __future__ import annotations
 import html
 from urllib.parse import parse_qs
 
+from starlette.responses import HTMLResponse
+
 from kernel.records import Card
 
-__all__ = ["form_choice", "render_card_page"]
+__all__ = ["PAGE_HEADERS", "form_choice", "page", "render_card_page"]
+
+# The link in the address bar is the capability to answer: no cache keeps the page, no
+# request made from it carries the link, no other site frames it, nothing but this page's
+# own form runs or posts (a value escaped wrongly one day still could not load a script).
+PAGE_HEADERS = {
+    "Cache-Control": "no-store",
+    "Referrer-Policy": "no-referrer",
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Content-Security-Policy": (
+        "default-src 'none'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    ),
+}
+
+
+def page(body: str, status: int = 200, *, title: str = "Autoloop card") -> HTMLResponse:
+    """A card page: ``body`` (HTML, its values escaped) in a document a phone shows at
+    its own width, with :data:`PAGE_HEADERS`."""
+    document = (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{html.escape(title)}</title></head><body>{body}</body></html>"
+    )
+    return HTMLResponse(document, status, headers=PAGE_HEADERS)
 
 
 def form_choice(body: bytes) -> int | None:

@@ -80,6 +80,36 @@ def test_card_page_refuses_bad_forms_and_tokens_with_one_line(tmp_path: Path) ->
         assert isinstance(still, Card) and still.state == "open"
 
 
+def test_every_card_page_is_kept_out_of_caches_frames_and_referrers(tmp_path: Path) -> None:
+    """The link is the capability to answer: the page, its answers and its refusals are
+    never cached, framed or referred from, run nothing but their own form, and fit a
+    phone's width."""
+    with live_server(tmp_path / "h", RULES, start_worker=False) as live:
+        card = open_question(live)
+        links = live.running.server.links
+        assert links is not None
+        url = links.url(card.id)
+        answers = [
+            httpx.get(url, timeout=10),
+            httpx.post(url, data={"choice": "x"}, timeout=10),
+            httpx.post(url, data={"choice": "1"}, timeout=10),
+            httpx.post(url, data={"choice": "1"}, timeout=10),
+            httpx.get(f"{live.url}/cards/not-a-token", timeout=10),
+        ]
+        assert [r.status_code for r in answers] == [200, 400, 200, 409, 404]
+        for resp in answers:
+            assert resp.headers["cache-control"] == "no-store"
+            assert resp.headers["referrer-policy"] == "no-referrer"
+            assert resp.headers["x-frame-options"] == "DENY"
+            assert resp.headers["x-content-type-options"] == "nosniff"
+            csp = resp.headers["content-security-policy"]
+            assert "default-src 'none'" in csp and "frame-ancestors 'none'" in csp
+            assert "form-action 'self'" in csp
+            assert resp.text.startswith("<!doctype html>")
+            assert 'name="viewport" content="width=device-width' in resp.text
+        assert f"<title>{card.title}</title>" in answers[0].text
+
+
 def test_form_choice_reads_one_small_number() -> None:
     assert form_choice(b"choice=3") == 3
     assert form_choice(b"x=1&choice=12") == 12
