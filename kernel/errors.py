@@ -18,6 +18,8 @@ A :class:`KernelBug` is reported like any crash: a test can show each one.
 
 from __future__ import annotations
 
+from kernel.text import one_line
+
 __all__ = [
     "ConfigError",
     "IllegalMove",
@@ -99,7 +101,7 @@ class ConfigError(KernelError):
         rule: str | int | None = None,
         field: str | None = None,
     ) -> None:
-        self.message = _one_line(message)
+        self.message = one_line(message)
         self.file = file
         self.rule = rule
         self.field = field
@@ -121,7 +123,3 @@ class ConfigError(KernelError):
 
     def __str__(self) -> str:
         return self._render()
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())

@@ -1,4 +1,4 @@
-"""Text written by others, made safe to show on a terminal.
+"""Text for one line of output: made one line, and safe to show on a terminal.
 
 Issue titles, comments, event subjects and an agent's card text reach ``autoloop
 status``, ``why``, ``cards``, ``drain`` and the server's log lines. A control character
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["for_terminal"]
+__all__ = ["for_terminal", "one_line"]
 
 # C0 controls but tab and newline; DEL and the C1 controls; the bidirectional embeddings,
 # overrides and isolates (U+202A-U+202E, U+2066-U+2069).
@@ -28,3 +28,8 @@ def for_terminal(text: str) -> str:
     if _UNSAFE.search(text) is None:
         return text
     return _UNSAFE.sub(_escaped, text)
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line: each run of whitespace (newlines too) as one space."""
+    return " ".join(text.split())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,16 +41,23 @@ def drop_pg_schema(url: str) -> None:
         conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.pg)])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'ledger.db'}"
-        return
+@contextlib.contextmanager
+def pg_schema() -> Iterator[str]:
+    """A PostgreSQL URL on a new, empty schema (:func:`fresh_pg_url`), dropped after."""
     url = fresh_pg_url()
     try:
         yield url
     finally:
         drop_pg_schema(url)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.pg)])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'ledger.db'}"
+        return
+    with pg_schema() as url:
+        yield url
 
 
 @pytest.fixture
@@ -68,8 +76,5 @@ def ledger_env(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
     if request.param == "sqlite":
         yield {}
         return
-    url = fresh_pg_url()
-    try:
+    with pg_schema() as url:
         yield {"AUTOLOOP_DB": url}
-    finally:
-        drop_pg_schema(url)

@@ -77,6 +77,7 @@ from kernel import inputs as k
 from kernel.errors import ConfigError
 from kernel.model import Event
 from kernel.records import Card, Matter, Turn
+from kernel.text import one_line
 from plugins.sources.github import translate
 
 __all__ = ["ActionError", "RunnerEnv", "deliver", "main", "run"]
@@ -335,7 +336,7 @@ def _subjects(hub: Hub, report: ActionRun) -> dict[str, str]:
 
 
 def _one_line(text: str) -> str:
-    return " ".join(text.split())[:200]
+    return one_line(text)[:200]
 
 
 def _say_turn(say: Callable[[str], None], phase: str, turn: Turn) -> None:

@@ -16,7 +16,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from kernel.text import for_terminal
 
@@ -58,8 +58,13 @@ class UsageError(Exception):
     pass
 
 
+def _show(text: str, *, file: TextIO | None = None) -> None:
+    """One line of output for people: what others wrote in it drives no terminal."""
+    print(for_terminal(text), file=file or sys.stdout, flush=True)
+
+
 def _die(code: int, message: str) -> int:
-    print(f"autoloop: {for_terminal(message)}", file=sys.stderr)
+    _show(f"autoloop: {message}", file=sys.stderr)
     return code
 
 
@@ -150,7 +155,7 @@ def cmd_emit(args: argparse.Namespace) -> int:
     if args.json:
         _print_json({"code": r.code, "message": r.message, **dict(r.data)})
     else:
-        print(for_terminal(r.message))
+        _show(r.message)
     return 0
 
 
@@ -347,7 +352,7 @@ def cmd_why(args: argparse.Namespace) -> int:
         _print_json(trail)
         return 0
     for line in why_lines(ctx.store, args.turn):
-        print(for_terminal(line))
+        _show(line)
     return 0
 
 
@@ -370,7 +375,7 @@ def _why_delivery(ctx: Home, args: argparse.Namespace) -> int:
         _print_json(story)
         return 0
     for line in story_lines(story):
-        print(for_terminal(line))
+        _show(line)
     return 0
 
 
@@ -434,7 +439,7 @@ def cmd_dismiss(args: argparse.Namespace) -> int:
     if args.json:
         _print_json({"card": args.card, "state": "closed", "message": out.reply.message})
     else:
-        print(for_terminal(out.reply.message))
+        _show(out.reply.message)
     return 0
 
 
@@ -451,7 +456,7 @@ def cmd_answer(args: argparse.Namespace) -> int:
     if args.json:
         _print_json({"card": args.card, "choice": choice, "message": out.reply.message})
         return 0
-    print(f"answered {for_terminal(out.reply.message)}; run 'autoloop drain' to resume the agent")
+    _show(f"answered {out.reply.message}; run 'autoloop drain' to resume the agent")
     return 0
 
 
@@ -541,7 +546,7 @@ def cmd_try(args: argparse.Namespace) -> int:
 
     def say(text: str) -> None:
         if not args.json:
-            print(for_terminal(text), flush=True)
+            _show(text)
 
     opened: list[Card] = []
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from ghapp.store.base import SCHEMA_VERSION, SqlTx, StoreError, migrate
 from ghapp.store.urls import hide_passwords
+from kernel.text import one_line  # libpq's message spans lines: the hint on the next
 
 LOCK_ID = 0x6175746F6C6F6F70 & 0x7FFFFFFFFFFFFFFF  # "autoloop"
 
@@ -87,7 +88,7 @@ class PostgresStore:
                 raise
         except psycopg.Error as exc:
             raise StoreError(
-                f"cannot open the PostgreSQL ledger: {hide_passwords(one_line(exc), url)}; "
+                f"cannot open the PostgreSQL ledger: {hide_passwords(one_line(str(exc)), url)}; "
                 "check AUTOLOOP_DB and that the server is running"
             ) from exc
         self._lock = threading.RLock()
@@ -109,11 +110,6 @@ class PostgresStore:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
-
-
-def one_line(exc: BaseException) -> str:
-    """psycopg's message on one line (libpq's own spans several, with a hint on the next)."""
-    return " ".join(str(exc).split())
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +142,7 @@ def look(url: str, *, connect_timeout_s: int = 5) -> Found:
                 last = conn.execute("SELECT coalesce(max(seq), 0) FROM facts").fetchone()
     except psycopg.Error as exc:
         raise StoreError(
-            f"cannot reach the PostgreSQL ledger: {hide_passwords(one_line(exc), url)}; "
+            f"cannot reach the PostgreSQL ledger: {hide_passwords(one_line(str(exc)), url)}; "
             "check AUTOLOOP_DB and that the server is running"
         ) from exc
     # no schema row: a ledger from before the row existed, taken as current (as migrate does)

@@ -29,7 +29,7 @@ from tests.fuzz.targets import (
     Target,
     Webhook,
 )
-from tests.stores import drop_pg_schema, fresh_pg_url
+from tests.stores import pg_schema
 
 SLICE = 150  # inputs per target in CI
 
@@ -115,11 +115,8 @@ def test_only_issued_unexpired_links_verify(links: Target, data: object) -> None
 
 @pytest.fixture(scope="module")
 def pg_url() -> Iterator[str]:
-    url = fresh_pg_url()
-    try:
+    with pg_schema() as url:
         yield url
-    finally:
-        drop_pg_schema(url)
 
 
 @pytest.mark.pg

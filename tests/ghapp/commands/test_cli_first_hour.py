@@ -32,6 +32,20 @@ def starter(tmp_path: Path) -> Cli:
     return c
 
 
+def read_to_the_end(leader: int) -> bytes:
+    """What a program wrote to its pseudo-terminal until it ended and closed it."""
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the program ended and closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 def test_drain_prints_each_card_once(tmp_path: Path) -> None:
     c = starter(tmp_path)
     out = c.run("drain")
@@ -75,18 +89,9 @@ def test_status_on_a_terminal_draws_tables(tmp_path: Path) -> None:
         stderr=follower,
     )
     os.close(follower)
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(leader, 65536)
-        except OSError:  # the program ended and closed the terminal
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
+    text = read_to_the_end(leader).decode()
     assert proc.wait(timeout=60) == 0
     os.close(leader)
-    text = b"".join(chunks).decode()
     assert "recent turns" in text and "Pick a colour" in text
     assert "━" in text or "─" in text, text  # a rich table's rules
 
@@ -370,18 +375,9 @@ def test_try_on_a_terminal_asks_again_after_a_wrong_answer(tmp_path: Path) -> No
             seen += chunk
         os.write(leader, answer)
         seen += b"\n"
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(leader, 65536)
-        except OSError:  # the program ended and closed the terminal
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
+    text = (seen + read_to_the_end(leader)).decode()
     assert proc.wait(timeout=60) == 0
     os.close(leader)
-    text = (seen + b"".join(chunks)).decode()
     assert text.count("give the number of an option, from 1 to 3") == 2, text
     assert "4. the agent finished" in text, text
 

@@ -22,7 +22,7 @@ from ghapp.store.base import SCHEMA_VERSION
 from ghapp.store.postgres import PostgresStore
 from tests.hub_cli import FAKES_BIN, ROOT
 from tests.servers import live_server
-from tests.stores import drop_pg_schema, fresh_pg_url
+from tests.stores import pg_schema
 
 RULES: dict[str, Any] = {
     "sources": {"github": {"adapter": "github"}},
@@ -348,12 +348,9 @@ def ledger_tables(url: str) -> int:
 
 
 @pytest.fixture
-def pg(tmp_path: Path) -> Iterator[str]:
-    url = fresh_pg_url()
-    try:
+def pg() -> Iterator[str]:
+    with pg_schema() as url:
         yield url
-    finally:
-        drop_pg_schema(url)
 
 
 @pytest.mark.pg
