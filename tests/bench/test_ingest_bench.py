@@ -24,9 +24,12 @@ def test_ingest_bench_measures_every_server_and_checks_the_ledger() -> None:
             value = figures[f"{side}_{key}"]
             assert math.isfinite(value) and value > 0, (side, key, value)
         assert figures[f"{side}_held_sockets"] >= sizes["connections"]
-    for key in ("e2e_p50_ms", "e2e_p99_ms", "ours_all_cpu_us"):
+    for key in ("e2e_p50_ms", "e2e_p99_ms", "e2e_fast_p50_ms", "e2e_fast_p99_ms"):
         assert math.isfinite(figures[key]) and figures[key] > 0, key
+    assert math.isfinite(figures["ours_all_cpu_us"]) and figures["ours_all_cpu_us"] > 0
     assert figures["e2e_count"] == round(sizes["rate"] * sizes["e2e_seconds"])
+    assert figures["e2e_fast_rate"] == ingest.FAST_E2E_X * sizes["rate"]
+    assert figures["e2e_fast_count"] == round(figures["e2e_fast_rate"] * sizes["e2e_seconds"])
     assert figures["rate_count"] == round(sizes["rate"] * sizes["rate_seconds"])
     assert figures["probot_available"] == 0.0
     # warm-up + held connections + fixed rate + throughput + e2e, all acknowledged and found

@@ -359,6 +359,36 @@ def test_a_paced_stream_on_a_slow_disk_is_decided_in_its_waits_after_a_stall(
         inbox.stop()
 
 
+def test_senders_that_crowd_in_are_acknowledged_first_a_paced_stream_is_calm(
+    world: Ledgered,
+) -> None:
+    inbox = world.inbox()
+    try:
+        assert not inbox._calm()  # nothing waits
+        item = delivery(1)
+        item.acked = time.monotonic()
+        inbox._todo.append(item)
+        assert not inbox._calm()  # it has not waited CALM_DEFER_S yet
+        item.acked -= 1.0
+        inbox._crowd_at -= 1.0  # not looked at for a second (nothing waited that long)
+        assert not inbox._calm()  # ... so crowded until a window shows otherwise
+        for _ in range(inbox_module.CROWDED + 2):
+            inbox.request_in()  # senders waiting for their acks, the whole window
+        time.sleep(inbox_module.CROWD_S * 1.2)
+        assert not inbox._calm()
+        for _ in range(inbox_module.CROWDED + 1):
+            inbox.request_out()  # one left in flight, the whole window
+        time.sleep(inbox_module.CROWD_S * 1.2)
+        assert inbox._calm()
+        # calm: a request answered just now is no reason to wait; one being read is
+        inbox.request_out()
+        assert inbox._ack_busy() and not inbox._ack_busy(calm=True)
+        inbox.request_in()
+        assert inbox._ack_busy(calm=True)
+    finally:
+        inbox.stop()
+
+
 def test_a_load_that_never_eases_is_decided_after_defer_max(
     world: Ledgered, monkeypatch: pytest.MonkeyPatch
 ) -> None:
