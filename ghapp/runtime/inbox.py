@@ -16,8 +16,8 @@ each batch commits to the ledger first, then its raw records are released from t
 inbox.
 Given ``sync`` (``autoloop serve`` passes the SQLite ledger's
 :meth:`~ghapp.store.sqlite.SqliteStore.sync_log`), those commits do not wait for the
-disk: the ledger's log is synced at most :data:`SYNC_S` later (and whenever the backlog
-empties), by a thread of its own, and only then are the records released. A power cut
+disk: the ledger's log is synced :data:`SYNC_S` later, by a thread of its own, and only
+then are the records released. A power cut
 loses no delivery (the inbox still holds it), an event is routed without waiting for the
 disk (a sync that stalls delays the release of records, not the deciding of the next
 deliveries), and the disk sees one ledger sync per interval rather than one per batch.
@@ -702,16 +702,18 @@ class Inbox:
     def _sync_loop(self) -> None:
         """The ledger's log is synced by a thread of its own, beside the deciding: a disk
         that stalls delays the release of decided records, never the deciding (and so
-        the routing) of the next deliveries. A sync comes once the backlog is empty, or
-        :data:`SYNC_S` after the oldest record not synced was decided; after the
-        translator stops, one last."""
+        the routing) of the next deliveries. A sync comes :data:`SYNC_S` after the oldest
+        record not synced was decided, even when nothing else waits (a sync as soon as
+        the backlog emptied was one a delivery at 200 a second: 162 us of system time a
+        delivery, against 69 with one an interval); after the translator stops, one
+        last."""
         while True:
             with self._cv:
                 while True:
                     last = self._translated
                     if self._unsynced:
                         now = time.monotonic()
-                        due = self._unsynced_since + SYNC_S if self._todo else now
+                        due = self._unsynced_since + SYNC_S
                         due = max(due, self._sync_retry_at)
                         if last or now >= due:
                             break

@@ -524,6 +524,37 @@ def test_a_sync_that_stalls_delays_no_deciding_only_the_release(world: Ledgered)
         inbox.stop()
 
 
+def test_a_trickle_syncs_the_ledgers_log_once_an_interval_not_once_a_delivery(
+    world: Ledgered,
+) -> None:
+    # 30 deliveries 10 ms apart, each decided before the next comes: a sync each time
+    # the backlog emptied was one a delivery (30); one SYNC_S (50 ms) after the oldest
+    # not synced is about one for five.
+    syncs: list[float] = []
+
+    def sync() -> None:
+        syncs.append(time.monotonic())
+        world.store.sync_log()
+
+    inbox = world.inbox(sync=sync)
+    inbox.start()
+
+    async def trickle() -> None:
+        for n in range(1, 31):
+            await inbox.submit(delivery(n))
+            await asyncio.sleep(0.01)
+
+    try:
+        began = time.monotonic()
+        asyncio.run(trickle())
+        assert inbox.settle(10)
+        took = time.monotonic() - began
+        assert len(world.events()) == 30 and list(inbox.rows()) == []
+        assert 1 <= len(syncs) <= took / inbox_module.SYNC_S + 2, (len(syncs), took)
+    finally:
+        inbox.stop()
+
+
 def test_with_a_sync_records_are_released_only_once_the_ledgers_log_is_synced(
     world: Ledgered,
 ) -> None:
