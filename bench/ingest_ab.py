@@ -14,7 +14,9 @@ variables on one side only (e.g. ``AUTOLOOP_LOG_LEVEL=WARNING``), so one tree ca
 compared with itself under two settings. ``--threads`` also prints, per side, the CPU
 time of each of the server's threads per delivery (the event loop is ``main``; the
 inbox's writer, translator and segments' thread by name), in the window and with the
-deciding after it (Linux: the servers name their threads for the system).
+deciding after it (Linux: the servers name their threads for the system). ``--rate R``
+sends R deliveries a second for ``--seconds`` instead (open loop, as GitHub sends them),
+for what a change costs at a paced load rather than in a burst.
 
 On a shared or virtual machine, rounds of the same code differ by 10% and more from
 minute to minute: a difference under that needs more rounds, and one run is one run.
@@ -31,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.ingest import Deliveries, closed_loop, run_async, settle
+from bench.ingest import Deliveries, closed_loop, paced, run_async, settle
 from bench.ingest_sides import spawn, stop
 
 
@@ -65,7 +67,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--env-a", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--env-b", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--threads", action="store_true", help="CPU per delivery of each thread")
+    p.add_argument(
+        "--rate", type=float, default=0.0, help="deliveries a second, open loop (0: closed loop)"
+    )
     args = p.parse_args(argv)
+    if args.rate < 0 or args.rounds < 1 or args.seconds <= 0:
+        print("bench.ingest_ab: --rate >= 0, --rounds >= 1, --seconds > 0", file=sys.stderr)
+        return 2
     for tree in (args.a, args.b):
         if not (tree / "ghapp" / "commands" / "cli.py").is_file():
             print(f"bench.ingest_ab: {tree} is not a source tree of this project", file=sys.stderr)
@@ -80,7 +88,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if cpu is not None:
         os.sched_setaffinity(0, set(cpus[1:]))
     try:
-        run(sides, cpu, args.rounds, args.seconds, args.concurrency, threads=args.threads)
+        run(
+            sides,
+            cpu,
+            args.rounds,
+            args.seconds,
+            args.concurrency,
+            threads=args.threads,
+            rate=args.rate,
+        )
     finally:
         os.sched_setaffinity(0, saved)
     for side in sides:
@@ -111,6 +127,7 @@ def run(
     conns: int,
     *,
     threads: bool = False,
+    rate: float = 0.0,
 ) -> None:
     deliveries = Deliveries(100)
     with tempfile.TemporaryDirectory(prefix="bench-ab-") as tmp:
@@ -135,10 +152,14 @@ def run(
                 order = (0, 1) if n % 2 == 0 else (1, 0)
                 for i in order:
                     side, kid = sides[i], kids[i]
-                    todo = deliveries.make(int(seconds * 8000), f"r{n}-{side.name}")
+                    count = max(1, int(seconds * (rate or 8000)))
+                    todo = deliveries.make(count, f"r{n}-{side.name}")
                     t0 = kid.thread_cpu_s() if threads else {}
                     before = kid.cpu_s()
-                    w = run_async(closed_loop(kid.port, todo, conns, seconds))
+                    if rate:
+                        w = run_async(paced(kid.port, todo, rate))
+                    else:
+                        w = run_async(closed_loop(kid.port, todo, conns, seconds))
                     window = kid.cpu_s()
                     t1 = kid.thread_cpu_s() if threads else {}
                     settle(kid)

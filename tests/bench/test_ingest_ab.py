@@ -56,3 +56,18 @@ def test_ab_threads_reports_the_cpu_of_each_named_thread(
         # the event loop and the inbox's writer, each under its own name, did work
         assert float(rows["main"]) > 0 and float(rows["inbox-writer"]) > 0, out
         assert "python" not in rows, out  # every thread but the main one named
+
+
+def test_ab_rate_sends_a_paced_stream_of_that_many_a_second(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    root = str(paths.ROOT)
+    argv = [root, root, "--rounds", "1", "--seconds", "1", "--rate", "100"]
+    assert ingest_ab.main(argv) == 0
+    out = capsys.readouterr().out
+    for side in ("A", "B"):
+        found = re.search(rf"^{side} .*: (\d+) deliveries/s", out, re.M)
+        assert found is not None, out
+        assert 80 <= int(found.group(1)) <= 110, out  # paced, not as fast as it can
+    assert ingest_ab.main([root, root, "--rate", "-1"]) == 2
+    assert "--rate >= 0" in capsys.readouterr().err
