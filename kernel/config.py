@@ -23,6 +23,7 @@ __all__ = ["NAME", "Reader", "kind_of", "load", "unknown"]
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _OPTION_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_MENTION = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,38}(?:/[A-Za-z0-9][A-Za-z0-9_.-]*)?")
 _TIMEZONE = re.compile(r"[A-Za-z][A-Za-z0-9_+-]*(?:/[A-Za-z0-9][A-Za-z0-9_+-]*){0,3}")
 
 
@@ -206,6 +207,18 @@ class Reader:
                     field=f"secret_env[{index}]",
                 )
         return names
+
+    def mentions(self, value: object) -> tuple[str, ...]:
+        """Logins and ``org/team`` names (without the ``@``), or ``"*"``; lower case."""
+        names = self.strings(value, "mentions")
+        for index, name in enumerate(names):
+            if name != "*" and not _MENTION.fullmatch(name):
+                self.fail(
+                    f'"{name}" is not a login or org/team name (write it without the @; '
+                    '"*" allows any)',
+                    field=f"mentions[{index}]",
+                )
+        return tuple(n.lower() for n in names)
 
     def channel_refs(
         self,

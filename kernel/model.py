@@ -87,6 +87,9 @@ class Rules:
     max_usd_per_day: float | None = None
     max_tokens_per_day: int | None = None
     secret_env: tuple[str, ...] = ()  # env var names whose values are redacted
+    # logins and org/team names that text from agents and people may @mention where the
+    # hub posts it (lower case; "*": any); every other @mention notifies nobody
+    mentions: tuple[str, ...] = ()
     sources: Mapping[str, SourceSpec] = field(default_factory=dict)
     agents: Mapping[str, AgentSpec] = field(default_factory=dict)
     channels: Mapping[str, ChannelSpec] = field(default_factory=dict)

@@ -55,6 +55,7 @@ _TOP = (
     "max_usd_per_day",
     "max_tokens_per_day",
     "secret_env",
+    "mentions",
     "sources",
     "agents",
     "channels",
@@ -196,6 +197,7 @@ class _RulesReader(Reader):
                 else self.integer(data["max_tokens_per_day"], "max_tokens_per_day", minimum=1)
             ),
             secret_env=self.env_names(data.get("secret_env", [])),
+            mentions=self.mentions(data.get("mentions", [])),
             sources=sources,
             agents=agents,
             channels=channels,

@@ -138,10 +138,14 @@ def connect(renv: RunnerEnv) -> Identity:
 
 def wire(hub: Hub, who: Identity) -> None:
     """Cards as comments (the rules' ``github-comment`` channels) and GitHub write-backs."""
+
+    def mentions() -> tuple[str, ...]:  # rules.json's (see ghapp.github.writes.defuse)
+        return hub.rules().mentions
+
     for name, spec in hub.rules().channels.items():
         if spec.use == CHANNEL_ADAPTER:
-            hub.channels[name] = GitHubCommentChannel(who.client, who.bot_login)
-    hub.executors["github"] = GitHubExecutor(who.client, who.bot_login)
+            hub.channels[name] = GitHubCommentChannel(who.client, who.bot_login, mentions=mentions)
+    hub.executors["github"] = GitHubExecutor(who.client, who.bot_login, mentions=mentions)
 
 
 def _versions(store: Store) -> dict[str, int]:

@@ -160,12 +160,17 @@ def _wire(
     server.app_id = app_id if isinstance(app_id, int) else settings.app_id
     bot_login = f"{slug}[bot]"
 
+    def mentions() -> tuple[str, ...]:  # rules.json's, as it is now
+        return hub.rules().mentions
+
     def comment_channel(spec: ChannelSpec) -> GitHubCommentChannel:
-        return GitHubCommentChannel(client, bot_login, links=links if spec.links else None)
+        return GitHubCommentChannel(
+            client, bot_login, links=links if spec.links else None, mentions=mentions
+        )
 
     # Made per channel of the rules, again when rules.json adds, renames or changes one.
     hub.channel_makers[CHANNEL_ADAPTER] = comment_channel
-    hub.executors["github"] = GitHubExecutor(client, bot_login)
+    hub.executors["github"] = GitHubExecutor(client, bot_login, mentions=mentions)
     deliveries = Deliveries(hub, client, bot_login, bot_app_id=server.app_id)
     server.on_events = deliveries.on_events
     worker_wake = server.wake

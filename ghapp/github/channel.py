@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ghapp.github.client import GitHubClient, NotFound
 from ghapp.github.errors import AmbiguousWrite
 from ghapp.github.executor import Target, defuse, find_marked, marker, subject_target
+from ghapp.github.writes import thread_mentions
 from ghapp.runtime.links import CardLinks
 from kernel.cards import for_operator
 from kernel.records import Card, Matter
@@ -37,16 +39,18 @@ def _same(a: object, b: str) -> bool:
     return isinstance(a, str) and _LINK_TOKEN.sub("/cards/", a) == _LINK_TOKEN.sub("/cards/", b)
 
 
-def render_card(card: Card, *, link: str | None = None) -> str:
-    """The comment's markdown (agent text is defused: it cannot carry our markers)."""
-    lines = [marker("card", card.id), f"**{defuse(card.title)}**"]
+def render_card(card: Card, *, link: str | None = None, mentions: Iterable[str] = ()) -> str:
+    """The comment's markdown (agent text is defused: it cannot carry our markers, nor
+    mention anyone but ``mentions``)."""
+    mentions = tuple(mentions)
+    lines = [marker("card", card.id), f"**{defuse(card.title, mentions)}**"]
     if card.text:
-        lines += ["", defuse(card.text)]
+        lines += ["", defuse(card.text, mentions)]
     if card.kind_ == "ask" and card.options:
         lines.append("")
         answered = card.choice if card.state != "open" else None
         for i, option in enumerate(card.options, 1):
-            item = f"{i}. {defuse(option)}"
+            item = f"{i}. {defuse(option, mentions)}"
             lines.append(f"{item} **(chosen)**" if answered == i else item)
     lines.append("")
     if card.kind_ == "ask" and card.state == "open":
@@ -58,7 +62,7 @@ def render_card(card: Card, *, link: str | None = None) -> str:
     elif card.choice is not None and 1 <= card.choice <= len(card.options):
         by = f" by @{card.answered_by}" if card.answered_via == "github" else ""
         by = by or (f" by {card.answered_by}" if card.answered_by else "")
-        lines.append(f"Answered: **{defuse(card.options[card.choice - 1])}**{by}.")
+        lines.append(f"Answered: **{defuse(card.options[card.choice - 1], mentions)}**{by}.")
     if card.state in ("done", "closed"):
         lines.append(f"This card is {card.state}.")
     lines.append(f"<sub>card {card.id}, version {card.version}</sub>")
@@ -81,11 +85,17 @@ def render_operator_notice(card: Card) -> str:
 
 class GitHubCommentChannel:
     def __init__(
-        self, client: GitHubClient, bot_login: str, *, links: CardLinks | None = None
+        self,
+        client: GitHubClient,
+        bot_login: str,
+        *,
+        links: CardLinks | None = None,
+        mentions: Callable[[], Iterable[str]] = tuple,
     ) -> None:
         self.client = client
         self.bot_login = bot_login
         self.links = links
+        self.mentions = mentions  # rules.json's "mentions", read at each render
         self._locks: dict[str, threading.Lock] = {}
         self._sent: dict[str, tuple[int, str]] = {}  # card -> (version, ref) sent last
         self._guard = threading.Lock()
@@ -101,7 +111,12 @@ class GitHubCommentChannel:
         if for_operator(card.key):  # its text is for the operator: not on a public issue
             text = render_operator_notice(card)
         else:
-            text = render_card(card, link=self.links.url(card.id) if self.links else None)
+            said = (card.title, card.text, *card.options)
+            text = render_card(
+                card,
+                link=self.links.url(card.id) if self.links else None,
+                mentions=thread_mentions(self.client, target, said, self.mentions()),
+            )
         # A turn's thread and a sweep may deliver the same card at once: one at a time,
         # and never an older version over a newer one.
         with self._lock(card.id):

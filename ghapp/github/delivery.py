@@ -32,13 +32,13 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ghapp.github.client import GitHubClient
 from ghapp.github.errors import AmbiguousWrite, Unprocessable
 from ghapp.github.outcomes import refusal
-from ghapp.github.writes import JSON, Target, defuse, find_marked, marker
+from ghapp.github.writes import JSON, Target, defuse, find_marked, marker, thread_mentions
 from kernel.records import Action
 from pipeline.policy import OWN_CHECK
 from plugins.protocols import ActionFailed
@@ -95,10 +95,18 @@ class DeliveryWrites:
     App's slug, taken from ``bot_login``).
     """
 
-    def __init__(self, client: GitHubClient, bot_login: str, *, app_id: int | None = None) -> None:
+    def __init__(
+        self,
+        client: GitHubClient,
+        bot_login: str,
+        *,
+        app_id: int | None = None,
+        mentions: Callable[[], Iterable[str]] = tuple,
+    ) -> None:
         self.client = client
         self.bot_login = bot_login
         self.app_id = app_id
+        self.mentions = mentions  # rules.json's "mentions" (see writes.defuse)
         self.slug = bot_login.lower().removesuffix("[bot]")
         # One progress write per pull request at a time in this process: two of them (a
         # newer one, and the sweep's retry of an older one) must not both find no sticky
@@ -237,7 +245,8 @@ class DeliveryWrites:
         if status == "completed":
             fields["conclusion"] = conclusion or "neutral"
         run = self._check_run(t, head_sha, fields)
-        text = f"{mark}\n{marker('seq', str(seq))}\n{held}{defuse(body)}"
+        allowed = thread_mentions(self.client, t, [body], self.mentions())
+        text = f"{mark}\n{marker('seq', str(seq))}\n{held}{defuse(body, allowed)}"
         comment = self._comment(t, mark, text, found)
         return {
             "applied": True,

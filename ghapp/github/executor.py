@@ -46,7 +46,7 @@ back first.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ghapp.github.client import GitHubClient
@@ -69,6 +69,7 @@ from ghapp.github.writes import (
     marker,
     subject_target,
     target_of,
+    thread_mentions,
 )
 from kernel.records import Action
 from plugins.protocols import ActionFailed
@@ -129,11 +130,13 @@ class GitHubExecutor:
         *,
         app_id: int | None = None,
         max_attempts: int = MAX_ATTEMPTS,
+        mentions: Callable[[], Iterable[str]] = tuple,
     ) -> None:
         self.client = client
         self.bot_login = bot_login
+        self.mentions = mentions  # rules.json's "mentions" (see writes.defuse)
         self.max_attempts = max_attempts
-        self.delivery = DeliveryWrites(client, bot_login, app_id=app_id)
+        self.delivery = DeliveryWrites(client, bot_login, app_id=app_id, mentions=mentions)
         self._ops: dict[str, Callable[[Action, Target, bool], JSON]] = {
             "comment": self._comment,
             "label": self._label,
@@ -175,7 +178,9 @@ class GitHubExecutor:
     # -- comments ----------------------------------------------------------------------
 
     def _comment(self, action: Action, t: Target, retry: bool) -> JSON:
-        text = f"{marker('action', action.id)}\n{defuse(_text(action.params, 'body'))}"
+        said = _text(action.params, "body")
+        body = defuse(said, thread_mentions(self.client, t, [said], self.mentions()))
+        text = f"{marker('action', action.id)}\n{body}"
         if not retry:
             try:
                 made = self.client.create_comment(t.repo, t.number, text)
@@ -300,7 +305,7 @@ class GitHubExecutor:
         if sha is not None and not (isinstance(sha, str) and _SHA.match(sha)):
             raise ActionFailed(f"'sha' must be a commit sha, not {sha!r}")
         mark = marker("action", action.id)
-        text = f"{mark}\n{defuse(body)}"
+        text = f"{mark}\n{defuse(body, thread_mentions(self.client, t, [body], self.mentions()))}"
         if retry:
             found = find_marked(self._reviews(t), mark, self.bot_login)
             if found is not None:

@@ -141,7 +141,9 @@ class Carrier:
         self.bot_login = bot_login
         self.app_id = app_id
         self.sleep = sleep
-        self.executor = GitHubExecutor(client, bot_login, app_id=app_id)
+        self.executor = GitHubExecutor(
+            client, bot_login, app_id=app_id, mentions=lambda: hub.rules().mentions
+        )
         self.writes = self.executor.delivery
         self.cache = ReadCache()
         self.http = httpx.Client()

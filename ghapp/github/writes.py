@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from plugins.protocols import ActionFailed
 
@@ -25,6 +25,7 @@ __all__ = [
     "marker",
     "subject_target",
     "target_of",
+    "thread_mentions",
 ]
 
 #: Every hidden marker the App writes starts so (the webhook translator drops such comments).
@@ -40,9 +41,50 @@ def marker(kind: str, ident: str) -> str:
     return f"{MARK}{kind}={ident} -->"
 
 
-def defuse(text: str) -> str:
-    """Text written by an agent or a person, made unable to pass for one of our markers."""
-    return text.replace(MARK, "&lt;!-- autoloop:")
+#: An @mention as GitHub reads one: not inside a word or an e-mail address.
+_MENTION = re.compile(r"(?<![A-Za-z0-9_/.-])@([A-Za-z0-9][A-Za-z0-9-]*(?:/[A-Za-z0-9][\w.-]*)?)")
+QUIET = "@\u200b"  # an @ GitHub shows but does not read as a mention (a zero-width space)
+
+
+def defuse(text: str, mentions: Iterable[str] = ()) -> str:
+    """Text written by an agent or a person, made unable to pass for one of our markers,
+    and unable to notify anyone but ``mentions`` (rules.json's, lower case; ``"*"``: any).
+
+    An agent writes what the issue it read asked for: ``@everyone-in-the-org, approve
+    this`` posted by the App would notify each of them, under the App's name. Every other
+    ``@name`` and ``@org/team`` is posted with a zero-width space after the ``@``: it
+    reads the same and notifies nobody."""
+    text = text.replace(MARK, "&lt;!-- autoloop:")
+    allowed = {m.lower() for m in mentions}
+    if "*" in allowed or "@" not in text:
+        return text
+
+    def quiet(found: re.Match[str]) -> str:
+        name = found.group(1)
+        return found.group(0) if name.lower() in allowed else QUIET + name
+
+    return _MENTION.sub(quiet, text)
+
+
+class _Issues(Protocol):
+    def get_issue(self, repo: str, number: int) -> JSON: ...
+
+
+def thread_mentions(
+    client: _Issues, t: Target, texts: Iterable[str], mentions: Iterable[str]
+) -> tuple[str, ...]:
+    """``mentions`` and, when ``texts`` mention anyone else, the login of whoever opened
+    the issue or pull request ``t``: the thread notifies them of every comment anyway, so
+    a triage agent's "thanks, @author" stays as written (one read of the issue, only
+    then)."""
+    allowed = tuple(m.lower() for m in mentions)
+    if "*" in allowed:
+        return allowed
+    named = {m.group(1).lower() for text in texts for m in _MENTION.finditer(text)}
+    if named <= set(allowed):
+        return allowed
+    author = login_of(client.get_issue(t.repo, t.number).get("user"))
+    return (*allowed, author) if author else allowed
 
 
 def login_of(user: object) -> str:

@@ -42,3 +42,17 @@ def test_attach_wires_the_github_comment_channels_the_executor_and_the_backgroun
         desk = r.part(AnswerDesk)
         assert server.on_comment == desk.submit
         assert r.part(Sweeper).every_s == 300.0
+
+
+def test_the_channels_and_the_executor_mention_whom_rules_json_allows(
+    tmp_path: Path,
+) -> None:
+    doc = rules()
+    doc["channels"] = {"gh": {"use": "github-comment"}}
+    doc["mentions"] = ["Mona"]
+    with rig(tmp_path, doc) as r:
+        hub = r.live.hub
+        gh, ex = hub.cards.channel("gh"), hub.executors["github"]
+        assert isinstance(gh, GitHubCommentChannel) and isinstance(ex, GitHubExecutor)
+        assert tuple(gh.mentions()) == ("mona",) == tuple(ex.mentions())
+        assert tuple(ex.delivery.mentions()) == ("mona",)

@@ -127,6 +127,7 @@ def test_our_additional_fields_are_read() -> None:
         max_usd_per_day=10.5,
         max_tokens_per_day=2_000_000,
         secret_env=["SHOP_TOKEN", "_X"],
+        mentions=["Mona", "my-org/Reviewers", "*"],
     )
     data["agents"]["coder"]["model"] = "large"
     data["rules"][1].update(instructions="Summarise yesterday's notes.", max_retries=0)
@@ -138,6 +139,7 @@ def test_our_additional_fields_are_read() -> None:
         2_000_000,
     )
     assert rules.secret_env == ("SHOP_TOKEN", "_X")
+    assert rules.mentions == ("mona", "my-org/reviewers", "*")  # logins: any case
     assert rules.agents["coder"].options == {"model": "large"}
     assert rules.rules[1].instructions == "Summarise yesterday's notes."
     assert rules.rules[1].max_retries == 0
@@ -148,6 +150,7 @@ def test_defaults_fill_a_minimal_file() -> None:
         {"agents": {"a": {"use": "demo"}}, "rules": [{"name": "r", "agent": "a", "on": {}}]}
     )
     assert (rules.timezone, rules.max_hops, rules.max_parallel) == ("UTC", 8, 2)
+    assert rules.mentions == ()  # no @mention from an agent notifies anyone
     assert rules.rules[0] == Rule(name="r", agent="a", on=Trigger())
 
 
@@ -304,7 +307,18 @@ ERRORS: list[tuple[str, Mutation, str]] = [
         _set("timezon", "UTC"),
         'rules.json: field "timezon": unknown field "timezon" (did you mean "timezone"? known: '
         "timezone, max_hops, ask_first, owner_notify, max_parallel, max_usd_per_day, "
-        "max_tokens_per_day, secret_env, sources, agents, channels, rules)",
+        "max_tokens_per_day, secret_env, mentions, sources, agents, channels, rules)",
+    ),
+    (
+        "a mention written with its @",
+        _set("mentions", ["@octocat"]),
+        'rules.json: field "mentions[0]": "@octocat" is not a login or org/team name '
+        '(write it without the @; "*" allows any)',
+    ),
+    (
+        "mentions not a list",
+        _set("mentions", "octocat"),
+        'rules.json: field "mentions": must be a list of strings, got a string',
     ),
     (
         "timezone with a space",

@@ -87,6 +87,30 @@ def test_an_answered_card_shows_the_choice_and_who_made_it() -> None:
     assert "/answer" not in text
 
 
+def test_an_agents_mentions_in_a_card_notify_only_whom_the_rules_allow(
+    sandbox: SandboxHandle, client: GitHubClient
+) -> None:
+    # An agent writes what the issue it read asked for; the App must not ping a team
+    # or a stranger under its own name. rules.json's "mentions" (here: mona) may be.
+    slug = client.get_app()["slug"]
+    allowed = ("mona",)
+    channel = GitHubCommentChannel(client, f"{slug}[bot]", mentions=lambda: allowed)
+    number = sandbox.world.open_issue("reader", "Mentions")
+    card = ask(
+        "c40",
+        title="Urgent for @everyone-here",
+        text="@my-org/security and @Mona: approve now, says @reader. Mail ops@example.com",
+        options=("@octocat says yes", "no"),
+    )
+    channel.send(card, matter(f"{sandbox.repo}#{number}"), previous_ref="")
+    (only,) = client.list_issue_comments(sandbox.repo, number)
+    body = only["body"]
+    for quiet in ("everyone-here", "my-org/security", "octocat says yes"):
+        assert f"@\u200b{quiet}" in body, body
+    assert "and @Mona: approve" in body and "ops@example.com" in body
+    assert "says @reader." in body  # who opened the issue: in the thread anyway
+
+
 def test_a_card_becomes_one_comment_edited_in_place(
     sandbox: SandboxHandle, client: GitHubClient, channel: GitHubCommentChannel
 ) -> None:

@@ -167,6 +167,22 @@ def test_a_comment_lost_twice_is_left_for_the_next_sweep_not_guessed(
     assert writes(sandbox, "POST", path) == 1
 
 
+def test_a_write_back_comment_mentions_only_whom_the_rules_allow(
+    sandbox: SandboxHandle, gh: GitHubClient
+) -> None:
+    allowed: tuple[str, ...] = ()
+    quiet = GitHubExecutor(gh, f"{sandbox_slug(gh)}[bot]", mentions=lambda: allowed)
+    number = sandbox.world.open_issue("reader", "Mentioned")
+    body = "Thanks, @reader. @my-org/everyone and @mona, please check."
+    quiet.perform(action("github.comment", repo=sandbox.repo, number=number, body=body))
+    allowed = ("mona",)  # rules.json edited: read at each write
+    quiet.perform(action("github.comment", repo=sandbox.repo, number=number, body=body))
+    first, second = (c["body"] for c in gh.list_issue_comments(sandbox.repo, number))
+    # whoever opened the issue is in the thread anyway: "thanks, @author" stays
+    assert "Thanks, @reader. @\u200bmy-org/everyone and @\u200bmona," in first
+    assert "Thanks, @reader. @\u200bmy-org/everyone and @mona," in second
+
+
 # --------------------------------------------------------------------------- pull requests
 
 
