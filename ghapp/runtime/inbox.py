@@ -34,7 +34,9 @@ version (``ledger.inbox.db``, SQLite) is decided the same way at start, then rem
 **Acks first.** Both threads share one core with the event loop (and Python's GIL).
 The translator runs while the ack path has nothing for the processor to do: before
 each delivery it looks whether a webhook request is in the event loop's hands (from
-the moment the route is called, before its body is read, until its answer is sent),
+the moment its whole body is read until its answer is sent: a body that trickles in
+asks nothing of the processor, and counted, one slow sender held the deciding of every
+delivery back for ``DEFER_MAX_S``),
 whether the writer works on a group, and whether a request was answered less than
 :data:`QUIET_S` ago (a busy sender's next request follows its answer within
 microseconds, so a gap between two requests is not a pause in the stream), and waits
@@ -102,7 +104,7 @@ BATCH = 64  # deliveries decided in one ledger transaction while the ack path is
 BATCH_BUSY = 8  # ... and while it has work: the GIL is held for less at a time
 DEFER_MAX_S = 10.0  # the translator yields to the ack path until a delivery waited this long
 CALM_DEFER_S = 0.02  # ... or this long, while the senders do not crowd in (Inbox._calm):
-CROWDED = 8  # ... this many requests in flight on average
+CROWDED = 6  # ... this many requests in flight on average
 CROWD_S = 0.1  # ... over the last this long
 CALM_PAUSE_S = 0.0005  # then it waits only for the work of the ack path, looking this often
 EAGER_MAX = 16  # up to this many waiting, they are decided while the acks wait for the disk
@@ -381,7 +383,7 @@ class Inbox:
         return await fut
 
     def request_in(self) -> None:
-        """The webhook route was called for a request (event loop thread)."""
+        """The webhook route read a request's body (event loop thread)."""
         now = time.monotonic()
         self.in_flight_s += (now - self.counted_at) * (self.entered - self.left)
         self.counted_at = now

@@ -203,15 +203,24 @@ def create_app(server: Server) -> Starlette:
         started = time.perf_counter()
         status, error = 500, "the server failed: see the error logged above"
         inbox = server.inbox
-        if inbox is not None:
-            inbox.request_in()  # the ack path has work: the translator waits (see the inbox)
+        counted = False
+
+        def body_in() -> None:
+            # From here the request has work for the processor: the translator waits
+            # (see the inbox). Not before: a body that trickles in asks nothing of it, and
+            # counted, one slow sender held back the deciding of every delivery for 10 s.
+            nonlocal counted
+            if inbox is not None:
+                inbox.request_in()
+                counted = True
+
         try:
-            response = await receive_github_webhook(request)
+            response = await receive_github_webhook(request, body_in)
             status = response.status_code
             error = _error_of(response) if status >= 400 else ""
             return response
         finally:
-            if inbox is not None:
+            if counted and inbox is not None:
                 inbox.request_out()
             server.webhook_log.received(
                 request.headers.get("x-github-event", ""),
@@ -221,7 +230,9 @@ def create_app(server: Server) -> Starlette:
                 error,
             )
 
-    async def receive_github_webhook(request: Request) -> Response:
+    async def receive_github_webhook(
+        request: Request, body_in: Callable[[], None] = lambda: None
+    ) -> Response:
         started = time.perf_counter()
         m = server.metrics
         if server.webhook_secret is None:
@@ -230,6 +241,7 @@ def create_app(server: Server) -> Starlette:
         if isinstance(body, Response):
             m.inc("webhook_refused_total")
             return body
+        body_in()
         big = len(body) > ASIDE_BYTES  # hashed, parsed and redacted off the loop and writer
         header = request.headers.get("x-hub-signature-256")
         secret = server.webhook_secret

@@ -105,6 +105,31 @@ def test_the_deadline_never_cuts_a_request_whose_headers_are_in(
         assert answer.startswith(b"HTTP/1.1 200 ")
 
 
+def test_a_body_that_trickles_in_does_not_hold_back_the_deciding_of_others(
+    tmp_path: Path, stack: tuple[str, str]
+) -> None:
+    # A request waiting for its body asks nothing of the processor: counted as work of
+    # the ack path, it kept the translator waiting for DEFER_MAX_S (10 s), so one slow
+    # (or hostile) sender delayed the routing of every other delivery.
+    http = {"http": stack[0], "loop": stack[1]}
+    with live_server(tmp_path / "h", RULES, env=ENV, start_worker=False, http=http) as live:
+        host, port = address(live.url)
+        inbox = live.running.inbox
+        assert inbox is not None
+        with socket.create_connection((host, port)) as slow:
+            slow.sendall(webhook_head(host) + BODY[:50])  # headers in, the body trickles
+            time.sleep(0.3)
+            began = time.monotonic()
+            assert post(live.url, "issues", BODY).status_code == 200
+            while inbox.waiting() and time.monotonic() - began < 20:
+                time.sleep(0.01)
+            took = time.monotonic() - began
+            slow.sendall(BODY[50:])
+            slow.settimeout(5)
+            assert read_response(slow).startswith(b"HTTP/1.1 200 ")
+        assert took < 2.0, f"decided {took:.1f} s after its ack"
+
+
 def test_after_a_response_the_next_headers_have_the_whole_deadline_again(
     tmp_path: Path, stack: tuple[str, str]
 ) -> None:
