@@ -384,19 +384,22 @@ class Inbox:
 
     def request_in(self) -> None:
         """The webhook route read a request's body (event loop thread)."""
-        now = time.monotonic()
-        self.in_flight_s += (now - self.counted_at) * (self.entered - self.left)
-        self.counted_at = now
+        self._count_in_flight()
         self.entered += 1
 
     def request_out(self) -> None:
         """The webhook route answered it (event loop thread). The translator, waiting
         for a quiet moment, looks again within :data:`QUIET_S`."""
+        self.left_at = self._count_in_flight()
+        self.left += 1
+
+    def _count_in_flight(self) -> float:
+        """Add the requests in flight since the last count to the integral (see _calm);
+        the time of this count (event loop thread)."""
         now = time.monotonic()
         self.in_flight_s += (now - self.counted_at) * (self.entered - self.left)
         self.counted_at = now
-        self.left += 1
-        self.left_at = now
+        return now
 
     def _ack_busy(self, *, calm: bool = False) -> bool:
         """Whether the ack path has work for the processor: a request in the event loop's
