@@ -28,6 +28,7 @@ import hashlib
 import hmac
 import html
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -65,6 +66,7 @@ MAX_BODY = 25 * 1024 * 1024  # GitHub caps webhook payloads at 25 MB
 UNRECORDED = "the ledger could not record this (nothing was stored): send it again later"
 FORM = "application/x-www-form-urlencoded"
 MAX_DELIVERY_ID = 200  # GitHub's delivery ids are GUIDs (36 characters)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 MAX_SOURCE_BODY = MAX_DETAILS_BYTES  # an event for a generic source: details and a few fields
 _SOURCE_TOO_LARGE = (
     f"body over {MAX_SOURCE_BODY} bytes: an event's details are kept in the ledger; "
@@ -258,6 +260,11 @@ def create_app(server: Server) -> Starlette:
             return _error(400, "missing X-GitHub-Event or X-GitHub-Delivery header")
         if len(delivery) > MAX_DELIVERY_ID:
             return _error(400, f"X-GitHub-Delivery over {MAX_DELIVERY_ID} characters: not a GUID")
+        if _CONTROL.search(delivery) or _CONTROL.search(name):
+            # The HTTP servers the hub runs on refuse these already; this holds under any
+            # other ASGI server too (the delivery id is a key, and PostgreSQL's text holds
+            # no NUL: it was a 503, and /healthz unhealthy, for one sender's header).
+            return _error(400, "control characters in X-GitHub-Event or X-GitHub-Delivery")
         form = _media_type(request) == FORM
         inbox = server.inbox
         if inbox is not None:

@@ -25,6 +25,7 @@ import pytest
 from ghapp.github.sansio import sign
 from kernel.records import EventRow
 from tests import paths
+from tests.fuzz import web as fuzz_web
 from tests.servers import Live, live_server
 
 FIXTURES = paths.FIXTURES / "github" / "webhooks"
@@ -320,3 +321,37 @@ def test_replays_in_one_burst_are_recorded_once(tmp_path: Path, ledger_env: dict
         assert {r.status_code for r in resps} == {200}
         assert sorted(r.json()["duplicate"] for r in resps) == [False] + [True] * 31
         assert len(events_in(live)) == 1
+
+
+@pytest.mark.parametrize("header", ["x-github-delivery", "x-github-event"])
+def test_a_control_character_in_a_webhook_header_is_400_on_each_ledger(
+    ledger_env: dict[str, str], header: str
+) -> None:
+    """uvicorn refuses such a header before the app; under another ASGI server a NUL in
+    the delivery id (a key of the ledger) was a 503 on PostgreSQL: the app refuses it."""
+    app = fuzz_web.App.start(db_url=ledger_env.get("AUTOLOOP_DB"))  # ASGI, in process
+    try:
+        body = fixture("issues/opened.json")
+        good = {
+            "content-type": "application/json",
+            "x-github-event": "issues",
+            "x-github-delivery": "d-1",
+            "x-hub-signature-256": sign(fuzz_web.WEBHOOK_SECRET.encode(), body),
+        }
+        for bad in ["a\x00b", "\x00", "a\x1fb", "a\x7f"]:
+            headers = {**good, header: bad}
+            raw = [(k.encode(), v.encode()) for k, v in headers.items()]
+            answer = app.call("POST", "/github/webhook", raw, [body])
+            assert answer.status == 400, answer.body
+            assert json.loads(answer.body)["error"] == (
+                "control characters in X-GitHub-Event or X-GitHub-Delivery"
+            )
+        raw = [(k.encode(), v.encode()) for k, v in good.items()]
+        assert app.call("POST", "/github/webhook", raw, [body]).status == 200
+        inbox = app.running.inbox
+        assert inbox is None or inbox.settle(10)
+        with app.ctx.store.read() as tx:
+            ids = [e.event.id for e in tx.query("event") if isinstance(e, EventRow)]
+        assert ids == ["d-1"]
+    finally:
+        app.close()
