@@ -62,6 +62,12 @@ MIN_SECRET_DISTINCT = 6
 RANDOM_HEX_COMMAND = """python3 -c 'import secrets; print(secrets.token_hex(32))'"""
 
 
+def _looks_like_path(value: str) -> bool:
+    """A file path as people write one: one short line naming a folder or a .pem file."""
+    one_line = "\n" not in value and "\\n" not in value and len(value) <= 300
+    return one_line and ("/" in value or value.lower().endswith((".pem", ".key")))
+
+
 class SettingsError(Exception):
     """A setting is missing or malformed; ``str()`` is one line saying what to do."""
 
@@ -209,8 +215,11 @@ class Settings:
                 text = path.read_text(encoding="utf-8").strip()
             except (OSError, UnicodeDecodeError) as exc:
                 reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "unreadable"
+                # a value that does not look like a path may be the key itself, pasted
+                # without its BEGIN line: it is not repeated (logs and CI output keep it)
+                shown = str(path) if _looks_like_path(raw) else f"a value of {len(raw)} characters"
                 raise SettingsError(
-                    f"{where} is neither PEM text nor a readable file ({path}: {reason}): "
+                    f"{where} is neither PEM text nor a readable file ({shown}: {reason}): "
                     f"{what_to_do}"
                 ) from None
             origin = f"the file {path}"

@@ -133,6 +133,23 @@ def test_private_key_neither_file_nor_pem_is_refused(tmp_path: Path) -> None:
     assert "path of the App's private key file" in text
 
 
+@pytest.mark.parametrize(
+    "value",
+    [
+        "\n".join(rsa_pem().strip().splitlines()[1:-1]),  # pasted without its BEGIN/END lines
+        "\\n".join(rsa_pem().strip().splitlines()[1:-1]),  # the same on one line
+        "supersecretgarbagekeyvalue123",
+    ],
+)
+def test_a_private_key_value_that_is_no_path_is_not_repeated(value: str) -> None:
+    """It may be the key itself: the error line goes to logs and CI output."""
+    text = error_of(Settings.from_env(github_env(AUTOLOOP_GITHUB_PRIVATE_KEY=value)))
+    shown = f"neither PEM text nor a readable file (a value of {len(value.strip())} characters"
+    assert shown in text
+    for line in value.replace("\\n", "\n").splitlines():
+        assert line[:20] not in text
+
+
 def test_private_key_file_without_a_key_is_refused(tmp_path: Path) -> None:
     bad = tmp_path / "bad.pem"
     bad.write_text("hello\n")
