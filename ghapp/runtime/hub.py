@@ -22,6 +22,7 @@ from ghapp.runtime.budget import UsageMeter, cap_notice, day_bounds
 from ghapp.runtime.cards import Cards, ChannelMaker
 from ghapp.runtime.ledger import Ledger, Outcome
 from ghapp.runtime.outbox import Outbox
+from ghapp.runtime.redact import is_maskable, is_secret_key, mask
 from ghapp.runtime.rules_file import real_clock
 from ghapp.runtime.turns import PreparedTurn, prepare, run_agent, stop_leftovers
 from ghapp.store.base import Store
@@ -50,7 +51,9 @@ def _reason(exc: BaseException) -> str:
 
 
 def scrub(value: Any, redact: Redact) -> Any:
-    """``value`` with ``redact`` applied to every string in it (dicts, lists, tuples)."""
+    """``value`` with ``redact`` applied to every string in it (dicts, lists, tuples), and
+    every value under a secret-looking key (``password``, ``token``...) masked whole: the
+    redactor sees one string at a time, so ``{"password": "p@ss"}`` kept its value."""
     kind = type(value)  # exact types first: decoded JSON holds nothing else
     if kind is str:
         return redact(value)
@@ -58,7 +61,12 @@ def scrub(value: Any, redact: Redact) -> Any:
         out = {}
         for k_, v in value.items():  # strings and scalars inline: most values are one
             t = type(v)
-            out[k_] = redact(v) if t is str else v if t in _PLAIN else scrub(v, redact)
+            if type(k_) is not str:
+                out[k_] = scrub(v, redact)
+            elif _secret_key(k_):
+                out[redact(k_)] = mask("secret") if is_maskable(v) else v
+            else:  # a key is text from outside too (the redactor remembers short texts)
+                out[redact(k_)] = redact(v) if t is str else v if t in _PLAIN else scrub(v, redact)
         return out
     if kind is list:
         return [
@@ -70,10 +78,24 @@ def scrub(value: Any, redact: Redact) -> Any:
     if isinstance(value, str):
         return redact(value)
     if isinstance(value, Mapping):
-        return {k_: scrub(v, redact) for k_, v in value.items()}
+        return scrub(dict(value), redact)
     if isinstance(value, list | tuple):
         return type(value)(scrub(v, redact) for v in value)
     return value
+
+
+_SECRET_KEYS: dict[str, bool] = {}  # the few key names of events, looked at once each
+
+
+def _secret_key(name: str) -> bool:
+    """:func:`is_secret_key`, remembered: a webhook's details repeat the same keys, and the
+    regular expression costs about 3 us a key."""
+    found = _SECRET_KEYS.get(name)
+    if found is None:
+        if len(_SECRET_KEYS) >= 4096:  # keys from anywhere: the memory stays bounded
+            _SECRET_KEYS.clear()
+        found = _SECRET_KEYS[name] = is_secret_key(name)
+    return found
 
 
 _PLAIN = (int, float, bool, type(None))

@@ -401,7 +401,7 @@ class Redactor:
         if isinstance(obj, Mapping):
             out: dict[object, object] = {}
             for key, value in obj.items():
-                if isinstance(key, str) and is_secret_key(key) and _is_maskable(value):
+                if isinstance(key, str) and is_secret_key(key) and is_maskable(value):
                     out[self.redact(key)] = mask("secret")
                 else:
                     out[self.redact(key) if isinstance(key, str) else key] = self._walk(value)
@@ -570,7 +570,9 @@ def _inside_a_mask(text: str) -> bool:
     return any(text in mask(rule.kind) for rule in _RULES) or text in mask("value") + mask("base64")
 
 
-def _is_maskable(value: object) -> bool:
+def is_maskable(value: object) -> bool:
+    """Whether a value under a secret-looking key is masked (not null, a flag or a
+    placeholder such as ``${VAR}``)."""
     if value is None or isinstance(value, bool):
         return False
     if isinstance(value, str):

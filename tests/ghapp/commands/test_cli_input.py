@@ -85,6 +85,24 @@ def test_a_details_file_that_cannot_be_read_is_named_with_why(
     assert events(home) == []
 
 
+def test_a_value_under_a_secret_key_of_the_details_is_stored_masked(
+    home: Home, tmp_path: Path
+) -> None:
+    """The redactor looks at one string at a time: ``{"password": "p@ssw0rd-long-123"}``
+    was kept in the ledger as it came (a turn's copy of the event was masked)."""
+    path = tmp_path / "d.json"
+    secret = "p@ssw0rd-long-123"
+    path.write_text(json.dumps({"password": secret, "auth": {"user": "x"}, "note": "kept"}))
+    home.run("emit", "local", "x", "s", "--id", "1", "--details", str(path))
+    assert len(events(home)) == 1
+    with contextlib.closing(sqlite3.connect(home.home / "ledger.db")) as db:
+        stored = "\n".join(db.iterdump())  # every table, as SQL text
+    assert '"password":"[REDACTED:secret]"' in stored.replace(" ", "")
+    assert '"auth":"[REDACTED:secret]"' in stored.replace(" ", "")
+    assert '"note":"kept"' in stored.replace(" ", "")
+    assert secret not in stored and "[REDACTED:secret]" in stored
+
+
 def test_details_from_dev_zero_are_refused_after_a_mebibyte(home: Home) -> None:
     proc = home.run("emit", "local", "x", "s", "--id", "1", "--details", "/dev/zero", ok=False)
     refused(proc, "--details", "more than 1048576 bytes")
