@@ -33,7 +33,9 @@ why.
 
 Exit codes: 0, also when a turn failed or a delivery raised a card (that is recorded and
 shown); 1 when GitHub or the ledger failed (for a delivery: after the others were moved
-and the summary written); 2 for bad configuration. The reason is one ``::error::`` line.
+and the summary written), also when GitHub refused a card or a write-back (a token
+without write access; an outage too, unless the ledger outlives the job and the next run
+tries again); 2 for bad configuration. The reason is one ``::error::`` line.
 """
 
 from __future__ import annotations
@@ -76,7 +78,7 @@ from ghapp.store.base import Store, StoreError
 from kernel import inputs as k
 from kernel.errors import ConfigError
 from kernel.model import Event
-from kernel.records import Card, Matter, Turn
+from kernel.records import Action, Card, Matter, Turn
 from kernel.text import one_line
 from plugins.sources.github import translate
 
@@ -226,6 +228,10 @@ def _run(
                 report.turns = [
                     t for t in (tx.get("turn", tid) for tid in drained.turns) if isinstance(t, Turn)
                 ]
+            report.unshown, report.unwritten, later = unwritten(
+                hub, report.turns, retried=renv.ledger_outlives_job
+            )
+            report.warnings += later
         if who is not None and renv.mode != "triage" and report.events:
             report.deliveries = deliver(hub, who, renv, report.events, payload=payload, say=say)
         report.cards = _changed_cards(hub, before)
@@ -321,6 +327,47 @@ def answer(
     return out
 
 
+PERMISSIONS_HINT = (
+    "the job's token needs issues: write and pull-requests: write (the workflow's "
+    "permissions:), or an App installed with them"
+)
+
+
+def unwritten(
+    hub: Hub, turns: list[Turn], *, retried: bool
+) -> tuple[dict[str, str], list[str], list[str]]:
+    """The cards GitHub did not show and the write-backs of ``turns`` it did not make:
+    (card id -> why, errors, warnings).
+
+    ``serve`` tries them again at its next sweep, and so does the next run when the ledger
+    outlives the job (``retried``): then what may pass (GitHub's outage) is a warning.
+    What GitHub refused the token (403), or anything when the ledger goes with the job,
+    is an error of the run: a token without write access used to end it with exit 0, the
+    summary saying that a card no one could see waited for an answer."""
+    unshown: dict[str, str] = {}
+    for (card, _channel), why in sorted(hub.cards.unshown.items()):
+        unshown.setdefault(card, why)
+    ids = {t.id for t in turns}
+    with hub.store.read() as tx:
+        actions = [a for a in tx.query("action") if isinstance(a, Action) and a.turn in ids]
+    missed = [
+        (f"write-back {a.do} ({a.id}) not made", a.error, a.status == "failed")
+        for a in sorted(actions, key=lambda a: a.id)
+        if a.status == "failed" or (a.status == "allowed" and a.error)
+    ]
+    missed += [(f"card {card} not posted", why, False) for card, why in unshown.items()]
+    errors, warnings = [], []
+    for what, why, final in missed:
+        refused = "403" in why or "not accessible by integration" in why.lower()
+        if refused:
+            errors.append(f"{what}: {_one_line(why)}; {PERMISSIONS_HINT}")
+        elif final or not retried:
+            errors.append(f"{what}: {_one_line(why)}")
+        else:
+            warnings.append(f"{what} yet: {_one_line(why)}; the next run tries again")
+    return {c: _one_line(w) for c, w in unshown.items()}, errors, warnings
+
+
 def _changed_cards(hub: Hub, before: Mapping[str, int]) -> list[Card]:
     with hub.store.read() as tx:
         cards = [c for c in tx.query("card") if isinstance(c, Card)]
@@ -409,8 +456,9 @@ Environment:
 {variables}
 
 Exit codes: 0, also when a turn failed or a delivery raised a card (recorded and
-shown); 1 when GitHub or the ledger failed; 2 for bad configuration. The reason is one
-'::error::' line."""
+shown); 1 when GitHub or the ledger failed, or refused a card or a write-back (a token
+without issues: write and pull-requests: write); 2 for bad configuration. The reason is
+one '::error::' line."""
 
 
 def help_text() -> str:
@@ -452,4 +500,6 @@ def main(argv: list[str]) -> int:
     failed = [m for m in report.deliveries if m.error]
     for m in failed:
         print(annotation("error", f"delivery {m.repo}#{m.number}: {m.error}"), flush=True)
-    return 1 if failed else 0
+    for line in report.unwritten:
+        print(annotation("error", line), flush=True)
+    return 1 if failed or report.unwritten else 0

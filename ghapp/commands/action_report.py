@@ -74,6 +74,10 @@ class ActionRun:
     deliveries: list[Moved] = field(default_factory=list)
     stage: str = ""
     warnings: list[str] = field(default_factory=list)
+    #: card id -> why GitHub did not show it (the job has no later sweep to try again)
+    unshown: dict[str, str] = field(default_factory=dict)
+    #: what this run's turns asked to write and GitHub refused, a line each
+    unwritten: list[str] = field(default_factory=list)
 
     @property
     def cards_raised(self) -> int:
@@ -136,7 +140,9 @@ def subject_link(server_url: str, subject: str, anchor: str = "") -> str:
     return f"[{cell(subject)}]({url})"
 
 
-def _card_state(card: Card) -> str:
+def _card_state(card: Card, unshown: str | None = None) -> str:
+    if unshown is not None:
+        return f"not posted: {cell(unshown)}"
     if card.kind_ == "ask" and card.state == "open":
         return f"waiting for `/answer {_CODE.sub('', card.id)} N`"
     if card.choice is not None and 1 <= card.choice <= len(card.options):
@@ -200,10 +206,13 @@ def summary(report: ActionRun) -> str:
         lines += ["| card | title | state | where |", "|---|---|---|---|"]
         for c in report.cards:
             where = _comment_link(server, c, report.subjects.get(c.matter, ""))
-            lines.append(f"| {c.id} | {cell(c.title)} | {_card_state(c)} | {where} |")
+            state = _card_state(c, report.unshown.get(c.id))
+            lines.append(f"| {c.id} | {cell(c.title)} | {state} | {where} |")
         lines.append("")
     if report.deliveries:
         lines += _deliveries(report)
+    for line in report.unwritten:
+        lines += [f"> **Not written:** {cell(line, NOTE_MAX)}", ""]
     for warning in report.warnings:
         lines += [f"> **Note:** {cell(warning, NOTE_MAX)}", ""]
     return "\n".join(lines) + "\n"

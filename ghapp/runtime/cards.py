@@ -56,6 +56,9 @@ class Cards:
         self._made: dict[str, tuple[ChannelSpec, Channel]] = {}
         self._told: dict[str, ChannelSpec] = {}  # channel -> the spec logged as not shown
         self._failed: set[tuple[str, str, int]] = set()  # (card, channel, version) logged
+        #: why a card is not shown on a channel yet, the last try's reason (a run that
+        #: has no next sweep, such as the Action's, reports them)
+        self.unshown: dict[tuple[str, str], str] = {}
         self._lock = threading.Lock()
 
     def channel(self, name: str) -> Channel | None:
@@ -140,6 +143,7 @@ class Cards:
                     previous_ref=str(prev.get("ref", "")),
                 )
             except Exception as exc:  # an outage leaves the card undelivered; the sweep retries
+                self.unshown[(card.id, name)] = str(exc) or type(exc).__name__
                 if (card.id, name, card.version) not in self._failed:
                     self._failed.add((card.id, name, card.version))
                     log.warning(
@@ -152,6 +156,7 @@ class Cards:
             self.ledger.decide(
                 k.Delivered(card=card.id, channel=name, version=card.version, ref=ref)
             )
+            self.unshown.pop((card.id, name), None)
 
     def sweep(self) -> None:
         with self.store.read() as tx:

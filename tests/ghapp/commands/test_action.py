@@ -148,6 +148,10 @@ def test_a_scheduled_run_records_its_tick_and_retries_what_github_refused(runner
     first = r.run("issues", r.issue_opened(number), run_id=4301)
     assert first.code == 0, first.stdout + first.stderr
     assert not r.card_comments(number)  # GitHub refused; the card waits to be shown
+    (warning,) = annotations(first.stdout, "warning")
+    assert warning.startswith("::warning::card c1 not posted yet: ")
+    assert warning.endswith("the next run tries again")
+    assert "| c1 | How should this issue be triaged? | not posted: " in first.summary
     r.gh.world.faults.clear()
     schedule = {"schedule": "*/15 * * * *", "workflow": ".github/workflows/clock.yml"}
     tick = r.run("schedule", {**schedule, "repository": r.repository()}, run_id=4302)
@@ -195,6 +199,46 @@ def test_a_pull_request_from_a_fork_is_recorded_and_nothing_is_written(runner: R
     assert "recorded as action-5001-pull_request" in ran.stdout
     assert ran.outputs == {"turns": "0", "cards": "0", "stage": ""}
     assert len(r.gh.world.audit.entries()) == before
+
+
+def test_a_token_without_write_access_fails_the_job_and_says_which_permissions(
+    runner: Runner,
+) -> None:
+    """A card GitHub refused to post ended the job with exit 0, the summary saying that it
+    waited for an answer; no one could see it."""
+    r = runner
+    number = r.gh.world.open_issue("reader", "Read-only job")
+    read_only = r.gh.world.actions_token(
+        permissions={"contents": "read", "issues": "read", "pull_requests": "read"}
+    )
+    ran = r.run("issues", r.issue_opened(number), run_id=5101, GITHUB_TOKEN=read_only)
+    assert ran.code == 1, ran.stdout + ran.stderr
+    assert "Traceback" not in ran.stderr
+    (error,) = annotations(ran.stdout, "error")
+    assert error.startswith("::error::card c1 not posted: ")
+    assert "403" in error
+    assert error.endswith(
+        "issues: write and pull-requests: write (the workflow's permissions:), "
+        "or an App installed with them"
+    )
+    assert "waiting for `/answer" not in ran.summary
+    assert "| c1 | How should this issue be triaged? | not posted: " in ran.summary
+    assert "> **Not written:** card c1 not posted: " in ran.summary
+    assert not r.card_comments(number)
+    # on a hosted runner whose ledger goes with the job, an outage is an error too
+    r.gh.world.faults.add("error_502", method="POST", path="*/comments", times=None)
+    other = r.gh.world.open_issue("reader", "Hosted runner")
+    hosted = r.run(
+        "issues",
+        r.issue_opened(other),
+        run_id=5102,
+        AUTOLOOP_HOME=str(r.tmp / "hosted-home"),
+        RUNNER_ENVIRONMENT="github-hosted",
+    )
+    assert hosted.code == 1, hosted.stdout + hosted.stderr
+    assert any(
+        e.startswith("::error::card c1 not posted: ") for e in annotations(hosted.stdout, "error")
+    )
 
 
 def test_deliver_with_only_github_token_warns_that_pushes_will_not_start(runner: Runner) -> None:
