@@ -70,10 +70,26 @@ def _decode_rest(raw: str | bytes, *, form: bool) -> Any:
     """What ``orjson`` refused: valid JSON with a number beyond a double's range, read by
     the standard library (as infinity); anything else is not JSON."""
     try:
-        return json.loads(raw, parse_constant=_no_constant)
+        return _mend(json.loads(raw, parse_constant=_no_constant))  # (a rare path)
     except (ValueError, RecursionError):  # UnicodeDecodeError included; nested too deep
         what = "the payload field" if form else "body"
         raise BadBody(f"{what} is not JSON: send application/json payloads") from None
+
+
+def _mend(value: Any) -> Any:
+    """``value`` with every lone surrogate in its strings (keys too) made U+FFFD. JSON may
+    escape one (``"\\ud800"``), and the standard library takes it, but no ledger stores
+    it: the delivery's record stayed in the inbox, tried again and again, and held back
+    every delivery after it. A valid pair is one character already, kept."""
+    if isinstance(value, str):
+        if value.isascii():
+            return value
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(value, dict):
+        return {_mend(k): _mend(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_mend(v) for v in value]
+    return value
 
 
 def _no_constant(name: str) -> Any:

@@ -263,6 +263,26 @@ def test_a_nul_character_in_a_webhook_subject_is_stored_as_u_fffd_on_each_ledger
         assert httpx.get(f"{live.url}/healthz", timeout=10).json()["ok"] is True
 
 
+def test_a_lone_surrogate_escaped_in_a_webhook_is_stored_as_u_fffd_on_each_ledger(
+    tmp_path: Path, ledger_env: dict[str, str]
+) -> None:
+    """JSON may escape a lone surrogate (``"\\ud800"``); no ledger stores one. The
+    delivery was acknowledged, then its record was tried again and again and held back
+    every delivery after it."""
+    payload = json.loads(fixture("issues/opened.json"))
+    payload["issue"]["title"] = "TITLE"
+    body = json.dumps(payload).replace("TITLE", "bad \\ud800 title \\ud83d\\ude00").encode()
+    with live_server(
+        tmp_path / "h", RULES, env={**GITHUB_ENV, **ledger_env}, start_worker=False
+    ) as live:
+        assert post_webhook(live, "issues", body, delivery="lone").status_code == 200
+        after = fixture("issues/labeled.json")
+        assert post_webhook(live, "issues", after, delivery="after").status_code == 200
+        rows = {row.event.id: row.event for row in events_in(live)}
+        assert set(rows) == {"lone", "after"}
+        assert rows["lone"].summary.endswith("bad \ufffd title \U0001f600")  # a pair is kept
+
+
 # ---------------------------------------------------------------- replays
 
 
