@@ -528,10 +528,13 @@ def cmd_try(args: argparse.Namespace) -> int:
     from pathlib import Path  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
 
     from ghapp.commands.home import Home, init_home  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+    from ghapp.commands.home_ledger import not_a_folder  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
     from kernel.model import Event  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
     from kernel.records import Turn  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
 
     base = os.environ.get("AUTOLOOP_HOME")
+    if base:
+        not_a_folder(Path(base).expanduser())
     home = (
         Path(base).expanduser() / "try" if base else Path(tempfile.mkdtemp(prefix="autoloop-try-"))
     )
@@ -808,7 +811,43 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
+def _not_utf8(args_list: list[str]) -> str | None:
+    """The first argument that is not valid UTF-8 (the shell passed bytes that are not:
+    Python keeps them as lone surrogates, which no ledger or terminal takes), shown
+    escaped."""
+    for arg in args_list:
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            return repr(arg.encode("utf-8", "surrogateescape"))[2:-1]
+    return None
+
+
+def _ledger_failure(exc: BaseException) -> str | None:
+    """One line for an error of the SQLite ledger that no command expects (a home made
+    read-only, a damaged file), or None when ``exc`` is not one."""
+    sqlite3 = sys.modules.get("sqlite3")  # not imported: the error is not one of its
+    if sqlite3 is None or not isinstance(exc, sqlite3.Error):
+        return None
+    text = str(exc)
+    low = text.lower()
+    if "readonly" in low or "read-only" in low:
+        return (
+            f"the ledger cannot be written ({text}): give this user write access to "
+            "AUTOLOOP_HOME and its ledger.db, or run where it may write"
+        )
+    if any(w in low for w in ("malformed", "not a database", "decode", "corrupt")):
+        return (
+            f"the ledger is damaged ({text}): restore ledger.db from a backup; "
+            "'autoloop doctor' checks it"
+        )
+    return f"the ledger failed: {type(exc).__name__}: {text}"
+
+
 def _main(args_list: list[str]) -> int:
+    bad = _not_utf8(args_list)
+    if bad is not None:
+        return _die(2, f"an argument is not valid UTF-8: {bad}")
     if args_list and args_list[0] in EXTERNAL:
         module, func = EXTERNAL[args_list[0]][0].split(":")
         entry = getattr(importlib.import_module(module), func)
@@ -831,6 +870,9 @@ def _main(args_list: list[str]) -> int:
 
         if isinstance(exc, ConfigError | StoreError):
             return _die(2, str(exc))
+        failure = _ledger_failure(exc)
+        if failure is not None:
+            return _die(2, failure)
         raise
     except KeyboardInterrupt:
         return _die(1, "interrupted; nothing accepted was lost")

@@ -87,11 +87,11 @@ def home_checks(home: Path, db: str) -> list[Check]:
         rows.append(Check("master.key", OK, f"{home / 'master.key'}"))
     except SettingsError as exc:
         rows.append(Check("master.key", FAIL, str(exc)))
-    rows.append(ledger_check(db))
+    rows.append(ledger_check(db, home))
     return rows
 
 
-def ledger_check(db: str) -> Check:
+def ledger_check(db: str, home: Path | None = None) -> Check:
     if db.startswith(("postgresql:", "postgres:")):
         return postgres_check(db)
     if not db.startswith("sqlite:"):
@@ -106,11 +106,40 @@ def ledger_check(db: str) -> Check:
     # as the SQLite store reads its URL: sqlite:///PATH, PATH absolute or relative
     raw = db.removeprefix("sqlite:///") if db.startswith("sqlite:///") else db
     path = Path(raw.removeprefix("sqlite:").partition("?")[0])
+    if home is not None:
+        from ghapp.commands.home_ledger import check_ledger_kept  # noqa: PLC0415  # only here
+        from ghapp.store.base import StoreError  # noqa: PLC0415  # only here
+
+        try:  # as every command that opens the ledger refuses it
+            check_ledger_kept(home, path)
+        except StoreError as exc:
+            return Check("ledger", FAIL, str(exc))
     if not path.exists():
         return Check("ledger", WARN, f"{path} does not exist yet: the first event creates it")
     if not os.access(path, os.R_OK | os.W_OK):
         return Check("ledger", FAIL, f"{path} is not readable and writable by this user")
-    return Check("ledger", OK, f"{path} ({path.stat().st_size} bytes)")
+    damage = sqlite_damage(path)
+    if damage is not None:
+        return Check("ledger", FAIL, f"{path} is damaged ({damage}): restore it from a backup")
+    return Check("ledger", OK, f"{path} ({path.stat().st_size} bytes, intact)")
+
+
+def sqlite_damage(path: Path) -> str | None:
+    """What SQLite finds wrong with the ledger file (its quick check, read only: nothing
+    is written, and a running server goes on writing meanwhile), or None."""
+    import sqlite3  # noqa: PLC0415  # only here
+
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+    except sqlite3.Error as exc:
+        return str(exc)
+    try:
+        found = [str(row[0]) for row in conn.execute("PRAGMA quick_check(3)")]
+    except sqlite3.Error as exc:
+        return str(exc)
+    finally:
+        conn.close()
+    return None if found == ["ok"] else "; ".join(found)[:300]
 
 
 def postgres_check(db: str) -> Check:

@@ -23,6 +23,7 @@ from ghapp.commands.home_ledger import (
     KNOWN_LEDGERS,
     db_url,
     home_from_env,
+    not_a_folder,
     open_ledger,
     require_home,
     start_new_ledger,
@@ -69,6 +70,7 @@ def init_home(home: Path, *, rules_text: str | None = None) -> list[str]:
     from kernel.rules import starter_rules_text  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
 
     made: list[str] = []
+    not_a_folder(home)
     home.mkdir(parents=True, exist_ok=True)
     os.chmod(home, 0o700)
     rules = home / "rules.json"

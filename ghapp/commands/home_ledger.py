@@ -38,6 +38,17 @@ def home_from_env(env: Mapping[str, str]) -> Path:
 HOME_MARKS = ("rules.json", "rules.toml", "master.key", "ledger.db")
 
 
+def not_a_folder(home: Path) -> None:
+    """Refuse a home that exists and is no folder (a file of the same name): 'init'
+    would fail on it with a traceback, and 'status' advised running 'init'."""
+    if home.exists() and not home.is_dir():
+        raise ConfigError(
+            "AUTOLOOP_HOME is not a folder: set AUTOLOOP_HOME to a folder (or to a path "
+            "that does not exist yet, which 'autoloop init' makes)",
+            file=str(home),
+        )
+
+
 def require_home(home: Path, env: Mapping[str, str]) -> None:
     """Refuse a folder that holds no Autoloop home, before anything is made in it.
 
@@ -45,6 +56,7 @@ def require_home(home: Path, env: Mapping[str, str]) -> None:
     opening the ledger there would create it. With ``AUTOLOOP_DB`` set the ledger lives
     elsewhere, and the commands that need the rules say so themselves.
     """
+    not_a_folder(home)
     if env.get("AUTOLOOP_DB"):
         return
     if home.is_dir() and any((home / name).exists() for name in HOME_MARKS):

@@ -36,17 +36,27 @@ def problem(value: object, *, max_depth: int = MAX_DEPTH) -> str | None:
     while stack:
         item, depth = stack.pop()
         if isinstance(item, dict):
-            children: Any = item.values()
+            children: Any = [*item.keys(), *item.values()]
         elif isinstance(item, list):
             children = item
         else:
             if type(item) is int and not _INT_MIN <= item < _INT_END:
                 return f"the integer {str(item)[:20]}... does not fit in 64 bits"
+            if type(item) is str and not item.isascii() and _lone_surrogate(item):
+                return "a string holds a lone surrogate (such as \\ud800): not valid Unicode"
             continue
         if depth > max_depth:
             return f"nested deeper than {max_depth} levels"
         stack.extend((child, depth + 1) for child in children)
     return None
+
+
+def _lone_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def _no_constant(name: str) -> Any:

@@ -151,6 +151,52 @@ def test_the_widest_64_bit_integers_are_kept(home: Home, tmp_path: Path) -> None
     assert len(events(home)) == 1
 
 
+def test_a_lone_surrogate_in_the_details_is_refused_with_one_line(
+    home: Home, tmp_path: Path
+) -> None:
+    for text in ('{"s": "\\ud800x"}', '{"\\udc00": 1}', '{"a": ["\\udfff"]}'):
+        path = tmp_path / "d.json"
+        path.write_text(text)
+        proc = home.run("emit", "local", "x", "s", "--id", "1", "--details", str(path), ok=False)
+        refused(proc, "--details: a string holds a lone surrogate")
+    assert events(home) == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("emit", "local", "x", "s", "--id", "\udcff"),
+        ("emit", "local", "x", "s", "--id", "1", "--summary", "caf\udce9"),
+        ("answer", "c\udcff", "1"),
+        ("answer", "c1", "1", "--by", "\udcff"),
+        ("cards", "dismiss", "\udcff"),
+        ("why", "t\udcff"),
+        ("serve", "--base-url", "http://\udcff"),
+    ],
+)
+def test_an_argument_that_is_not_utf8_is_one_line(home: Home, args: tuple[str, ...]) -> None:
+    """The shell passes bytes; Python keeps the ones that are not UTF-8 as lone
+    surrogates, which every command stored or printed with a traceback."""
+    line = refused(home.run(*args, ok=False), "an argument is not valid UTF-8: ")
+    assert "\\xff" in line or "\\xe9" in line
+    assert events(home) == []
+
+
+def test_a_home_that_is_a_file_is_one_line_for_init_status_and_try(tmp_path: Path) -> None:
+    """'status' said to run 'init', and 'init' then failed with a traceback."""
+    home = Home(tmp_path)
+    home.home.write_text("a file\n")
+    for args in (
+        ("status",),
+        ("init",),
+        ("try", "--answer", "1"),
+        ("emit", "local", "x", "s", "--id", "1"),
+    ):
+        line = refused(home.run(*args, ok=False), "AUTOLOOP_HOME is not a folder")
+        assert "autoloop init' to make one" not in line
+    assert home.home.read_text() == "a file\n"
+
+
 # ------------------------------------------------------------------- damaged files
 
 
@@ -224,6 +270,55 @@ def test_rebuild_on_corrupt_facts_is_one_line(home: Home, data: str) -> None:
         )
     for args in (("rebuild", "--check"), ("rebuild",)):
         refused(home.run(*args, ok=False), "fact 2 of the ledger cannot be read", "backup")
+
+
+def test_a_damaged_ledger_is_one_line_and_doctor_finds_it(home: Home) -> None:
+    """A ledger whose pages were damaged: rebuild gave SQLite's traceback, doctor said
+    "no problems found" (it looked only at the file's size)."""
+    for n in range(30):
+        home.emit("x", f"s{n}", str(n))
+    with contextlib.closing(sqlite3.connect(home.home / "ledger.db")) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    ledger = home.home / "ledger.db"
+    data = bytearray(ledger.read_bytes())
+    for i in range(4096, len(data), 1500):
+        data[i] ^= 0xFF
+    ledger.write_bytes(bytes(data))
+    refused(home.run("rebuild", ok=False), "the ledger is damaged", "restore ledger.db")
+    proc = home.run("doctor", "--json", ok=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    (row,) = [c for c in json.loads(proc.stdout)["checks"] if c["check"] == "ledger"]
+    assert row["status"] == "FAIL"
+    assert "is damaged" in row["detail"] and "restore it from a backup" in row["detail"]
+
+
+def test_a_lost_ledger_is_a_fail_row_of_doctor_as_every_command_refuses_it(home: Home) -> None:
+    home.emit("x", "s", "1")
+    drop_ledger(home)
+    proc = home.run("doctor", "--json", ok=False)
+    assert proc.returncode == 1
+    (row,) = [c for c in json.loads(proc.stdout)["checks"] if c["check"] == "ledger"]
+    assert row["status"] == "FAIL" and "but this home has used it" in row["detail"]
+
+
+@pytest.mark.parametrize(
+    "message",
+    ["attempt to write a readonly database", "database disk image is malformed", "disk I/O"],
+)
+def test_an_error_of_the_sqlite_ledger_is_one_line(message: str) -> None:
+    """A home made read-only (as root, as the tests run, no file is): the line that a
+    command gives for SQLite's error."""
+    from ghapp.commands.cli import _ledger_failure
+
+    line = _ledger_failure(sqlite3.OperationalError(message))
+    assert line is not None and message in line
+    if "readonly" in message:
+        assert line.startswith("the ledger cannot be written") and "write access" in line
+    elif "malformed" in message:
+        assert line.startswith("the ledger is damaged") and "backup" in line
+    else:
+        assert line.startswith("the ledger failed: OperationalError")
+    assert _ledger_failure(ValueError(message)) is None
 
 
 # ------------------------------------------------------------------- a lost ledger
