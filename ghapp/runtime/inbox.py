@@ -821,6 +821,10 @@ class Inbox:
                 self.ledger.decide_many(inputs, cleaned=True, durable=not relaxed) if inputs else []
             )
         except Exception as exc:
+            if not _passing(exc):  # the same inputs fail the same way next time
+                if len(batch) > 1:  # one delivery no ledger takes holds back no other
+                    return all(self._decide([item], polite=polite) for item in batch)
+                return self._set_aside(batch[0], exc)
             log.error(
                 "%d acknowledged delivery(ies) not decided yet, kept in the inbox: %s: %s",
                 len(batch),
@@ -843,6 +847,33 @@ class Inbox:
         self.on_decided(recorded, outs)
         return True
 
+    def _set_aside(self, item: Received, exc: Exception) -> bool:
+        """Record ``item`` as ignored, with why its events could not be stored: known (a
+        redelivery is a duplicate, the sweeper does not ask for it), logged, and no longer
+        tried; its body goes with its record. False when even that cannot be stored."""
+        why = f"not stored: {type(exc).__name__}: {exc}"[:300]
+        own = Event(source="github", id=_storable(item.delivery), type=_storable(item.name),
+                    subject="github")  # fmt: skip
+        inp = k.Ingest(event=own, ignore=why, content_key="github:" + item.digest)
+        try:
+            outs = self.ledger.decide_many([self.ledger.clean(inp)], cleaned=True)
+        except Exception as again:
+            log.error(
+                "inbox record %d (%s %s) can be neither decided nor set aside, kept: %s: %s",
+                item.rowid, item.name, _storable(item.delivery), type(again).__name__, again,
+            )  # fmt: skip
+            return False
+        log.error(
+            "delivery %s (%s) set aside, recorded as ignored and its body dropped: no "
+            "ledger stores its events (%s: %s)",
+            _storable(item.delivery), item.name, type(exc).__name__, exc,
+        )  # fmt: skip
+        self.stats.decided += 1
+        self.stats.batches += 1
+        item.payload, item.body = None, b""
+        self.on_decided([], outs)
+        return True
+
     # -- pauses ---------------------------------------------------------------------------
 
     def _tidy(self) -> None:
@@ -858,6 +889,24 @@ class Inbox:
     def rows(self) -> Iterator[tuple[str, str]]:
         """(delivery, digest) of every record the inbox holds (tests)."""
         yield from list(self._held.values())
+
+
+def _passing(exc: BaseException) -> bool:
+    """Whether the ledger may take the same inputs later: the disk, the database server,
+    a lock (tried again). A wrong value is not: a type the codec refuses, PostgreSQL's
+    ``DataError`` (a NUL character), a lone surrogate; a batch that holds one is decided
+    a delivery at a time, and the one is set aside rather than tried for ever."""
+    if isinstance(exc, TypeError | ValueError | LookupError | RecursionError | AttributeError):
+        return False
+    return not any(t.__name__ == "DataError" for t in type(exc).__mro__)
+
+
+def _storable(text: str) -> str:
+    """``text`` as every ledger stores it: no NUL, no lone surrogate (each as U+FFFD)."""
+    text = text.replace("\x00", "\ufffd")
+    if text.isascii():
+        return text
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 _malloc_trim: Callable[[int], int] | bool | None = False  # False: not looked up yet

@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,6 +27,7 @@ from ghapp.runtime.ledger import Outcome
 from ghapp.runtime.segments import SegmentLog
 from ghapp.runtime.webhooks import content_digest, webhook_payload
 from ghapp.store.sqlite import SqliteStore
+from kernel import inputs as k
 from kernel.model import Event, Rules
 from kernel.records import EventRow
 from tests import paths
@@ -592,3 +594,59 @@ def test_with_a_sync_records_are_released_only_once_the_ledgers_log_is_synced(
         assert list(inbox.rows()) == [] and calls[-1] is False
     finally:
         inbox.stop()
+
+
+class DataError(Exception):
+    """Named as psycopg's: a value PostgreSQL refuses (a NUL character)."""
+
+
+@pytest.mark.parametrize("error", [TypeError, DataError])
+def test_a_delivery_no_ledger_takes_is_set_aside_and_holds_back_no_other(
+    world: Ledgered, error: type[Exception]
+) -> None:
+    """A lone surrogate once reached the ledger's codec: the batch failed, was tried
+    again and again, and no delivery after it was decided. Now the batch is decided a
+    delivery at a time, and the one that fails so is recorded as ignored, with why."""
+    decide_many = world.ledger.decide_many
+    tries: list[int] = []
+
+    def refusing(inputs: list[k.Input], **kw: Any) -> list[Outcome]:
+        tries.append(len(inputs))
+        for inp in inputs:
+            if isinstance(inp, k.Ingest) and inp.event.id == "d-2" and not inp.ignore:
+                raise error("str is not valid UTF-8: surrogates not allowed")
+        return decide_many(inputs, **kw)
+
+    world.ledger.decide_many = refusing  # type: ignore[method-assign]
+    inbox = world.inbox()
+    inbox.start()
+    try:
+        assert submit_all(inbox, [delivery(1), delivery(2), delivery(3)]) == [False] * 3
+        assert inbox.settle(10)
+        events = world.events()
+        assert sorted(events) == ["d-1", "d-2", "d-3"]
+        assert sorted(e.id for batch in world.decided for e in batch) == ["d-1", "d-3"]
+        assert len(tries) < 10  # not tried again and again
+        assert events["d-2"].reason.startswith(f"not stored: {error.__name__}: str is not")
+        assert not events["d-2"].dispatched and events["d-2"].event.subject == "github"
+        assert not events["d-1"].reason.startswith("not stored")
+        assert not events["d-3"].reason.startswith("not stored")
+    finally:
+        inbox.stop()
+    assert held(world) == []
+    # a redelivery of it is a duplicate: it is known
+    again = world.inbox()
+    again.start()
+    try:
+        assert submit_all(again, [delivery(2)]) == [True]
+    finally:
+        again.stop()
+
+
+def test_an_error_of_the_disk_or_the_server_is_tried_again_not_set_aside() -> None:
+    assert inbox_module._passing(OSError("disk full"))
+    assert inbox_module._passing(sqlite3.OperationalError("database is locked"))
+    assert not inbox_module._passing(TypeError("str is not valid UTF-8"))
+    assert not inbox_module._passing(UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogate"))
+    assert not inbox_module._passing(DataError("NUL"))
+    assert inbox_module._storable("a\x00b\ud800") == "a\ufffdb\ufffd"
