@@ -357,12 +357,12 @@ class Inbox:
         """Deliveries acknowledged and not decided yet."""
         return len(self._todo)
 
-    def settle(self, timeout: float = 10.0) -> bool:
-        """Wait until every acknowledged delivery is decided and its record released (tests,
-        benches)."""
+    def settle(self, timeout: float = 10.0, *, released: bool = True) -> bool:
+        """Wait until every acknowledged delivery is decided and (``released``) its record
+        released, which may wait for the ledger's next sync (tests, benches)."""
         deadline = time.monotonic() + timeout
         with self._cv:
-            while self._todo or self._busy_deciding or self._log.waiting() > 0:
+            while self._todo or self._busy_deciding or (released and self._log.waiting() > 0):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
@@ -810,8 +810,12 @@ class Inbox:
                 )
             except Exception as exc:  # checked at the ack: only a damaged record gets here
                 log.error(
-                    "inbox record %d (%s) cannot be read, dropped: %s", item.rowid, item.name, exc
-                )
+                    "inbox record %d (%s %s) cannot be read: recorded as ignored, its body "
+                    "dropped: %s",
+                    item.rowid, item.name, _storable(item.delivery), exc,
+                )  # fmt: skip
+                found.append(None)
+                inputs.append(self.ledger.clean(_aside(item, f"body cannot be read: {exc}")))
                 continue
             found.extend(events if events else [None])
             inputs.extend(self.ledger.clean(i) for i in made)
@@ -851,10 +855,7 @@ class Inbox:
         """Record ``item`` as ignored, with why its events could not be stored: known (a
         redelivery is a duplicate, the sweeper does not ask for it), logged, and no longer
         tried; its body goes with its record. False when even that cannot be stored."""
-        why = f"not stored: {type(exc).__name__}: {exc}"[:300]
-        own = Event(source="github", id=_storable(item.delivery), type=_storable(item.name),
-                    subject="github")  # fmt: skip
-        inp = k.Ingest(event=own, ignore=why, content_key="github:" + item.digest)
+        inp = _aside(item, f"{type(exc).__name__}: {exc}")
         try:
             outs = self.ledger.decide_many([self.ledger.clean(inp)], cleaned=True)
         except Exception as again:
@@ -889,6 +890,16 @@ class Inbox:
     def rows(self) -> Iterator[tuple[str, str]]:
         """(delivery, digest) of every record the inbox holds (tests)."""
         yield from list(self._held.values())
+
+
+def _aside(item: Received, why: str) -> k.Input:
+    """The input that records ``item`` as ignored, its events not stored, and why: known
+    (a redelivery is a duplicate; the sweeper does not ask for it) and shown (``why``)."""
+    own = Event(source="github", id=_storable(item.delivery), type=_storable(item.name),
+                subject="github")  # fmt: skip
+    return k.Ingest(
+        event=own, ignore=f"not stored: {why}"[:300], content_key="github:" + item.digest
+    )
 
 
 def _passing(exc: BaseException) -> bool:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -67,29 +68,65 @@ def webhook_payload(body: bytes, *, form: bool) -> dict[str, Any]:
 
 
 def _decode_rest(raw: str | bytes, *, form: bool) -> Any:
-    """What ``orjson`` refused: valid JSON with a number beyond a double's range, read by
-    the standard library (as infinity); anything else is not JSON."""
+    """What ``orjson`` refused: valid JSON with a number beyond a double's range (read as
+    infinity) or an escaped lone surrogate (made U+FFFD), read by the standard library;
+    anything else is not JSON.
+
+    The check at the ack (:func:`check_json_object`) takes a document nested up to about
+    1,000 levels, and this must take every one it takes: a delivery acknowledged and
+    then refused here was dropped. The standard library's parser counts its levels
+    against the interpreter's recursion limit (1,000 by default, the caller's frames
+    included), so that limit is raised for the process when this module loads, and a
+    document nested deeper than :data:`MAX_NESTING` is refused by count, on every stack
+    alike."""
     try:
-        return _mend(json.loads(raw, parse_constant=_no_constant))  # (a rare path)
+        return _mend(json.loads(raw, parse_constant=_no_constant))
     except (ValueError, RecursionError):  # UnicodeDecodeError included; nested too deep
         what = "the payload field" if form else "body"
         raise BadBody(f"{what} is not JSON: send application/json payloads") from None
 
 
+RECURSION_LIMIT = 4_000
+MAX_NESTING = 1_100  # past what the check's shallow pass (1,000) and orjson (1,024) take
+# Raised when the module loads, before any request (see _decode_rest): only ever raised,
+# and Python code in this process recurses nowhere near it.
+if sys.getrecursionlimit() < RECURSION_LIMIT:
+    sys.setrecursionlimit(RECURSION_LIMIT)
+
+
 def _mend(value: Any) -> Any:
-    """``value`` with every lone surrogate in its strings (keys too) made U+FFFD. JSON may
-    escape one (``"\\ud800"``), and the standard library takes it, but no ledger stores
-    it: the delivery's record stayed in the inbox, tried again and again, and held back
-    every delivery after it. A valid pair is one character already, kept."""
+    """``value`` (fresh from the parser: changed in place) with every lone surrogate in
+    its strings, keys too, made U+FFFD. JSON may escape one (``"\\ud800"``), and the
+    standard library takes it, but no ledger stores it: the delivery's record stayed in
+    the inbox, tried again and again, and held back every delivery after it. A valid
+    pair is one character already, kept. Walks without recursion."""
     if isinstance(value, str):
-        if value.isascii():
-            return value
-        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-    if isinstance(value, dict):
-        return {_mend(k): _mend(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_mend(v) for v in value]
+        return _mended(value)
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_NESTING:  # the same verdict whatever the caller's stack holds
+            raise ValueError(f"nested deeper than {MAX_NESTING} levels")
+        if isinstance(item, dict):
+            pairs = list(item.items())
+            item.clear()
+            for k_, v in pairs:
+                if isinstance(v, dict | list):
+                    stack.append((v, depth + 1))
+                item[_mended(k_)] = _mended(v) if isinstance(v, str) else v
+        elif isinstance(item, list):
+            for i, v in enumerate(item):
+                if isinstance(v, str):
+                    item[i] = _mended(v)
+                elif isinstance(v, dict | list):
+                    stack.append((v, depth + 1))
     return value
+
+
+def _mended(text: str) -> str:
+    if text.isascii():
+        return text
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 def _no_constant(name: str) -> Any:

@@ -14,6 +14,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -650,3 +651,22 @@ def test_an_error_of_the_disk_or_the_server_is_tried_again_not_set_aside() -> No
     assert not inbox_module._passing(UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogate"))
     assert not inbox_module._passing(DataError("NUL"))
     assert inbox_module._storable("a\x00b\ud800") == "a\ufffdb\ufffd"
+
+
+def test_a_record_whose_body_cannot_be_read_is_recorded_as_ignored_not_dropped(
+    world: Ledgered,
+) -> None:
+    """Acknowledged, then unreadable (the check at the ack and the decode disagreed, or
+    the record was damaged): it was logged and dropped; now it is known in the ledger."""
+    bad = replace(delivery(2), body=b'{"a": not json', payload=None, checked=True)
+    inbox = world.inbox()
+    inbox.start()
+    try:
+        assert submit_all(inbox, [delivery(1), bad, delivery(3)]) == [False] * 3
+        assert inbox.settle(10)
+        events = world.events()
+        assert sorted(events) == ["d-1", "d-2", "d-3"]
+        assert events["d-2"].reason.startswith("not stored: body cannot be read: body is not")
+    finally:
+        inbox.stop()
+    assert held(world) == []

@@ -78,6 +78,14 @@ def agree(body: bytes) -> None:
         # the standard library's parser at the interpreter's recursion limit
         *(b'{"a": ' + b"[" * n + b"]" * n + b"}" for n in (900, 1000, 1023, 1024, 5000)),
         *(b'{"a": ' + b'{"b": ' * n + b"1" + b"}" * n + b"}" for n in (1000, 1024, 5000)),
+        # what orjson refuses, deep: the standard library reads it, and must read every
+        # depth the check takes (acknowledged, then refused by the decode, it was dropped)
+        *(
+            b'{"a": ' + b'{"b": ' * n + leaf + b"}" * n + b"}"
+            for n in (400, 500, 990, 1000, 1020, 1023)
+            for leaf in (b"1e400", b'"\\ud800"', b"123456789012345678901234567890")
+        ),
+        *(b'{"a": ' + b"[" * n + b"1e400" + b"]" * n + b"}" for n in (500, 1000, 1023)),
     ],
 )
 def test_the_check_and_the_decode_agree_on_edge_cases(body: bytes) -> None:
@@ -134,3 +142,16 @@ JSON_VALUES = st.recursive(
 def test_the_check_and_the_decode_agree_on_any_json(value: object, ascii_only: bool) -> None:
     body = json.dumps(value, ensure_ascii=ascii_only).encode("utf-8", "surrogatepass")
     agree(body)
+
+
+def test_a_lone_surrogate_is_mended_to_u_fffd_keys_too_and_a_pair_is_kept() -> None:
+    body = b'{"a": ["x\\ud800", {"\\udc00k": "\\ud83d\\ude00"}], "n": 1e400}'
+    assert webhook_payload(body, form=False) == {
+        "a": ["x\ufffd", {"\ufffdk": "\U0001f600"}],
+        "n": float("inf"),
+    }
+    deep = b'{"a": ' + b"[" * 900 + b'"\\udfff"' + b"]" * 900 + b"}"
+    value = webhook_payload(deep, form=False)["a"]
+    for _ in range(899):
+        (value,) = value
+    assert value == ["\ufffd"]
