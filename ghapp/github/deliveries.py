@@ -144,8 +144,9 @@ def _concerned(
     wake every delivery in flight: a check or a status wakes the pipelines whose head (or
     merge commit) it is about; a deployment, those watching deployments; a push to a
     branch, the first in the merge line of that base (the others wait their turn, and
-    are woken in turn) and those updating their branch. An event that names no commit
-    or branch wakes every pipeline of the repository (``gone``: merged here already)."""
+    are woken in turn), those updating their branch and those waiting for a fix to the
+    policy. An event that names no commit or branch wakes every pipeline of the
+    repository (``gone``: merged here already)."""
     d = event.details
     sha = _text(d.get("head_sha")) or _text(d.get("sha"))
     branch = _text(d.get("branch"))
@@ -165,6 +166,14 @@ def _concerned(
         ]
         first = next_in_line(line, line[0].repo, branch) if line else None
         out = {p.id for p in mine if p.stage == "update_branch"}
+        # a push may fix the repository's policy (read from its default branch, whatever
+        # the pull request's base): the sticky comment promised that it would go on
+        out |= {
+            p.id
+            for p in active
+            if (pipeline_subject(p.id) or "").split("#", 1)[0].lower() == repo.lower()
+            and p.data.get("policy_problem")
+        }
         return out | ({first.id} if first is not None else set())
     for p in active:
         if (pipeline_subject(p.id) or "").split("#", 1)[0].lower() != repo.lower():

@@ -132,6 +132,29 @@ def test_a_labelled_pr_is_merged_deployed_and_live(tmp_path: Path) -> None:
     assert time.monotonic() - started < 30
 
 
+def test_a_push_that_fixes_the_policy_moves_the_delivery_on(tmp_path: Path) -> None:
+    """The sticky comment says nothing happens until the policy is fixed: the push that
+    fixed it woke nothing, and the delivery moved only when serve restarted."""
+    with sandbox() as gh, serving(gh, tmp_path / "home") as live:
+        prepare(gh)
+        broken = policy_text(gh).replace("merge_method", "merge_methd")
+        gh.world.push("maintainer", "main", {".github/autoloop.toml": broken})
+        number, head = open_pr(gh)
+        gh.world.add_label("maintainer", number, "deliver")
+        wait_for(
+            "the policy problem shown",
+            lambda: any("Policy problem" in body for body in sticky(gh, number)),
+        )
+        assert own(gh, "PUT", "/merge") == 0
+        gh.world.push("maintainer", "main", {".github/autoloop.toml": policy_text(gh)})
+        wait_for("delivered", lambda: stage_is(live, gh, number, "delivered"), MERGE_TIMEOUT)
+        # the fix moved main: the pipeline brought the branch up to date first
+        now = gh.sandbox.state.repos[gh.repo].pulls[number].head_sha
+        assert now != head
+        wait_for("the last progress", lambda: shown_delivered(gh, number, now))
+        assert own(gh, "PUT", "/merge") == 1
+
+
 def test_deliver_review_with_no_review_asked_reviews_and_never_merges(tmp_path: Path) -> None:
     with sandbox() as gh, serving(gh, tmp_path / "home") as live:
         prepare(gh)
