@@ -60,6 +60,7 @@ class Cards:
         #: has no next sweep, such as the Action's, reports them)
         self.unshown: dict[tuple[str, str], str] = {}
         self._lock = threading.Lock()
+        self._stripes = [threading.RLock() for _ in range(32)]  # see deliver()
 
     def channel(self, name: str) -> Channel | None:
         """The channel called ``name`` now: given by name, or made from the rules' spec
@@ -130,33 +131,44 @@ class Cards:
         if announce and self.on_card is not None:
             self.on_card(card)
         for name in self.channels_for(card):
-            prev = card.delivered.get(name) or {}
-            if int(prev.get("version", 0)) >= card.version:
-                continue
-            channel = self.channel(name)
-            if channel is None:  # the rules changed meanwhile
-                continue
-            try:
-                ref = channel.send(
-                    card,
-                    matter if isinstance(matter, Matter) else None,
-                    previous_ref=str(prev.get("ref", "")),
-                )
-            except Exception as exc:  # an outage leaves the card undelivered; the sweep retries
-                self.unshown[(card.id, name)] = str(exc) or type(exc).__name__
-                if (card.id, name, card.version) not in self._failed:
-                    self._failed.add((card.id, name, card.version))
-                    log.warning(
-                        'card %s not shown on channel "%s": %s; the next sweep tries again',
-                        card.id,
-                        name,
-                        str(exc) or type(exc).__name__,
-                    )
-                continue
-            self.ledger.decide(
-                k.Delivered(card=card.id, channel=name, version=card.version, ref=ref)
+            # One sender at a time per card and channel, and the card read again inside:
+            # two sweeps at start (or a turn's thread and a sweep) both saw it unsent,
+            # and a new channel got the card twice.
+            with self._stripes[hash((card.id, name)) % len(self._stripes)]:
+                self._send(card.id, name, matter)
+
+    def _send(self, card_id: str, name: str, matter: object) -> None:
+        """Show the card on channel ``name`` unless it shows this version already (read
+        afresh: another thread may have sent it meanwhile)."""
+        with self.store.read() as tx:
+            card = tx.get("card", card_id)
+        if not isinstance(card, Card):
+            return
+        prev = card.delivered.get(name) or {}
+        if int(prev.get("version", 0)) >= card.version:
+            return
+        channel = self.channel(name)
+        if channel is None:  # the rules changed meanwhile
+            return
+        try:
+            ref = channel.send(
+                card,
+                matter if isinstance(matter, Matter) else None,
+                previous_ref=str(prev.get("ref", "")),
             )
-            self.unshown.pop((card.id, name), None)
+        except Exception as exc:  # an outage leaves the card undelivered; the sweep retries
+            self.unshown[(card.id, name)] = str(exc) or type(exc).__name__
+            if (card.id, name, card.version) not in self._failed:
+                self._failed.add((card.id, name, card.version))
+                log.warning(
+                    'card %s not shown on channel "%s": %s; the next sweep tries again',
+                    card.id,
+                    name,
+                    str(exc) or type(exc).__name__,
+                )
+            return
+        self.ledger.decide(k.Delivered(card=card.id, channel=name, version=card.version, ref=ref))
+        self.unshown.pop((card.id, name), None)
 
     def sweep(self) -> None:
         with self.store.read() as tx:
