@@ -70,6 +70,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import os
 import queue
 import sqlite3
 import threading
@@ -249,6 +250,7 @@ class Inbox:
         if self._opened:
             return []
         self._opened = True
+        self._lock_inbox()
         try:
             found = self._log.open()
         except OSError as exc:
@@ -271,6 +273,42 @@ class Inbox:
         for r in recovered:
             self._hold(r)
         return recovered
+
+    def _lock_inbox(self) -> None:
+        """Hold the inbox's lock file for as long as this process serves: a second
+        ``autoloop serve`` on the same home wrote the same segment files. The system drops
+        the lock when the process ends, however it ends."""
+        import fcntl  # noqa: PLC0415  # (POSIX; the inbox runs where the hub runs)
+
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise InboxError(
+                f"the webhook inbox {self.path} cannot be opened: "
+                f"{exc.strerror or exc} ({type(exc).__name__}); it must be a folder "
+                "this user can write"
+            ) from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.read(fd, 32).decode("ascii", "replace").strip() or "?"
+            os.close(fd)
+            raise InboxError(
+                f"another autoloop serve (pid {holder}) is using the webhook inbox "
+                f"{self.path} of this home: stop it first, or give this one a home of its "
+                "own (replicas share a PostgreSQL ledger, not a SQLite home)"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._lock_fd = fd
+
+    def _unlock_inbox(self) -> None:
+        fd, self._lock_fd = self._lock_fd, None
+        if fd is not None:
+            os.close(fd)  # (the lock goes with it)
+
+    _lock_fd: int | None = None
 
     def start(self) -> int:
         """Decide what a previous process left in the inbox (before serving), then start
@@ -352,6 +390,7 @@ class Inbox:
             self._delete_now(leftover)
         self._log.close()  # (the zeros it wrote are synced first)
         self._seen.close()
+        self._unlock_inbox()
 
     def waiting(self) -> int:
         """Deliveries acknowledged and not decided yet."""
@@ -919,6 +958,8 @@ def _storable(text: str) -> str:
         return text
     return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
+
+LOCK_FILE = "serve.lock"  # held by the process that serves from the inbox (its pid inside)
 
 _malloc_trim: Callable[[int], int] | bool | None = False  # False: not looked up yet
 

@@ -38,7 +38,7 @@ import pytest
 from ghapp.commands.home import Home, init_home
 from ghapp.github.sansio import sign
 from ghapp.runtime import crash
-from ghapp.runtime.segments import scan
+from ghapp.runtime.segments import SUFFIX, scan
 from kernel.records import EventRow
 from tests import paths
 from tests.servers import free_port
@@ -178,7 +178,7 @@ def durable_in(home: Path, extra: dict[str, str] | None = None) -> set[str]:
     found = set(events_in(home, extra))
     inbox = home / "ledger.inbox"
     if "AUTOLOOP_DB" not in (extra or {}) and inbox.exists():
-        for segment in inbox.iterdir():  # read as a restart reads them, changing nothing
+        for segment in inbox.glob("*" + SUFFIX):  # read as a restart reads them, changing nothing
             records, _ = scan(segment.read_bytes())
             found |= {record.delivery for record, _, _ in records}
     return found

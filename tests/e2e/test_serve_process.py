@@ -288,6 +288,19 @@ def webhooks_only(tmp_path: Path) -> Iterator[Serve]:
     server.stop()
 
 
+def test_a_second_serve_on_the_same_home_is_one_line_and_exit_2(webhooks_only: Serve) -> None:
+    """Two serves on one SQLite home wrote the same inbox files."""
+    webhooks_only.start()
+    assert webhooks_only.proc is not None
+    env = {"AUTOLOOP_GITHUB_WEBHOOK_SECRET": SECRET}
+    line = one_line(serve_once(env, "--port", str(free_port()), home=webhooks_only.home))
+    assert line.startswith(
+        f"autoloop serve: another autoloop serve (pid {webhooks_only.proc.pid}) is using "
+        f"the webhook inbox {webhooks_only.home / 'ledger.inbox'} of this home"
+    )
+    assert post_webhook(webhooks_only.url, SECRET, "after") == 200  # the first goes on
+
+
 def test_each_webhook_is_one_info_line_with_event_delivery_status_and_ms(
     webhooks_only: Serve,
 ) -> None:

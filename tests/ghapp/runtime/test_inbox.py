@@ -23,7 +23,7 @@ import pytest
 
 from ghapp.runtime import inbox as inbox_module
 from ghapp.runtime.hub import RedactingLedger
-from ghapp.runtime.inbox import Inbox, Received, inbox_path, old_inbox_path
+from ghapp.runtime.inbox import Inbox, InboxError, Received, inbox_path, old_inbox_path
 from ghapp.runtime.ledger import Outcome
 from ghapp.runtime.segments import SegmentLog
 from ghapp.runtime.webhooks import content_digest, webhook_payload
@@ -115,7 +115,7 @@ def test_an_acknowledged_delivery_is_decided_right_after_and_its_raw_record_zero
     finally:
         inbox.stop()
     assert held(world) == []
-    files = list(inbox_path(world.file).iterdir())
+    files = [f for f in inbox_path(world.file).iterdir() if f.name != inbox_module.LOCK_FILE]
     assert files and all(not any(f.read_bytes()) for f in files)
 
 
@@ -670,3 +670,23 @@ def test_a_record_whose_body_cannot_be_read_is_recorded_as_ignored_not_dropped(
     finally:
         inbox.stop()
     assert held(world) == []
+
+
+def test_a_second_process_serving_the_same_inbox_is_refused_with_one_line(
+    world: Ledgered,
+) -> None:
+    """Two 'autoloop serve' on one home wrote the same segment files."""
+    first = world.inbox()
+    first.start()
+    try:
+        second = world.inbox()
+        with pytest.raises(InboxError) as refused:
+            second.start()
+        line = str(refused.value)
+        assert f"another autoloop serve (pid {os.getpid()}) is using the webhook inbox" in line
+        assert "\n" not in line
+    finally:
+        first.stop()
+    again = world.inbox()  # the lock goes with the process that held it (here: its stop)
+    again.start()
+    again.stop()
