@@ -23,6 +23,13 @@ from kernel.records import Matter, Turn
 
 __all__ = ["claim", "failed", "finish", "heartbeat"]
 
+# What brings the work back after a failure that is not retried: the event itself is not
+# run again (emitting it again is a duplicate, recorded once), the matter is not stuck.
+_NEXT_EVENT = (
+    "The events of this turn are not run again; the next event about the same subject "
+    "(a comment, a new --id for 'autoloop emit') starts a new turn."
+)
+
 
 def claim(ctx: Context, inp: Claim) -> Reply:
     st = ctx.state
@@ -156,8 +163,8 @@ def failed(
             title=f"Agent {rule.agent!r} could not start",
             text=(
                 f"Turn {t.id} of rule {rule.name!r}: {out.error or outcome}. Not retried: "
-                f"install the program or fix agents.{rule.agent} in rules.json where the "
-                f"worker runs (see 'autoloop why {t.id}'), then emit the event again."
+                f"install the program, or fix agents.{rule.agent} (or the rule's cwd) in "
+                f"rules.json where the worker runs (see 'autoloop why {t.id}'). {_NEXT_EVENT}"
             ),
             turn=t.id,
             hops=t.hops,
@@ -174,8 +181,8 @@ def failed(
             ),
             text=(
                 f"Turn {t.id} of rule {rule.name!r} ended with: {out.error or outcome}. "
-                f"No more retries. Check the agent {rule.agent!r} (run 'autoloop why {t.id}'), "
-                "then emit the event again."
+                f"No more retries. Check the agent {rule.agent!r} (run 'autoloop why {t.id}'). "
+                f"{_NEXT_EVENT}"
             ),
             turn=t.id,
             hops=t.hops,

@@ -68,13 +68,18 @@ def run_process(
             close_fds=True,
         )
     except OSError as exc:
+        # The folder named too: a missing cwd raised the same error as a missing program,
+        # and was reported as the program (which was there).
+        what = args[0] if args else "?"
+        if not Path(cwd).is_dir():
+            what = f"the folder it runs in, {cwd} (the rule's cwd)"
         return ProcessResult(
             argv=args,
             exit_code=None,
             stdout="",
             stderr="",
             timed_out=False,
-            spawn_error=f"{args[0] if args else '?'}: {exc.strerror or exc}",
+            spawn_error=f"{what}: {exc.strerror or exc}",
             pid=None,
             first_output_s=None,
         )

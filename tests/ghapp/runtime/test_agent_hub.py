@@ -107,6 +107,15 @@ def test_started_then_failed_retries_in_the_same_session_then_tells_the_owner(
     assert second["id"] in notice["text"]
     home.run("drain")  # nothing left to retry: the failure does not loop
     assert len(home.recorded()) == 2
+    # what the notice says brings the work back: emitting the event again is a duplicate,
+    # the next event about the subject starts a turn
+    assert "emit the event again" not in notice["text"]
+    assert "the next event about the same subject" in notice["text"]
+    assert "duplicate" in home.emit("ping", "acme/web#1", "e1")
+    home.emit("ping", "acme/web#1", "e2")
+    home.run("drain")
+    assert len(home.recorded()) == 3
+    assert home.status()["turns"][-1]["outcome"] == "ok"
 
 
 @pytest.mark.parametrize("use", CLIS)
