@@ -69,6 +69,7 @@ class WorkerLoop:
         self._stop = threading.Event()
         self._pool = ThreadPoolExecutor(max_workers=self.max_parallel, thread_name_prefix="turn")
         self._running: dict[str, Future[object]] = {}
+        self._turn_of: dict[str, str] = {}  # matter -> the turn running for it
         self._thread: threading.Thread | None = None
 
     def wake(self) -> None:
@@ -87,6 +88,23 @@ class WorkerLoop:
         if self._thread is not None:
             self._thread.join(timeout=timeout)
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def running_turns(self) -> list[str]:
+        """The turns this loop started that have not ended (their agents still run)."""
+        return sorted(
+            self._turn_of.get(matter, "?")
+            for matter, fut in list(self._running.items())
+            if not fut.done()
+        )
+
+    def stop_turns_now(self) -> list[str]:
+        """Kill the agents of the turns still running (their process groups): for a
+        process told twice to stop. Their claims lapse and the turns run again after the
+        next start, as after a crash."""
+        left = self.running_turns()
+        for turn_id in left:
+            self.hub.stop_orphans(turn_id)
+        return left
 
     def run(self) -> None:
         self.hub.sweep_cards()
@@ -151,6 +169,7 @@ class WorkerLoop:
             if turn is None:
                 continue
             self._running[m.id] = self._pool.submit(self._run_turn, turn)
+            self._turn_of[m.id] = turn.id
             started += 1
         return started
 

@@ -26,6 +26,7 @@ import pytest
 from fakegithub.server import SandboxHandle, running_sandbox
 from ghapp.commands.home import init_home
 from ghapp.github import retry
+from ghapp.runtime.turns import leftover_processes
 from tests import paths
 from tests.e2e.test_github_app_sandbox import CARD_MARK, rules, settings_env
 from tests.servers import free_port
@@ -166,6 +167,57 @@ def test_a_github_comment_channel_edited_in_while_serving_posts_the_card(
         assert "How should this issue be triaged?" in body
         assert "/cards/" not in body  # the new channel has no "links": true
     assert "Traceback" not in server.text()
+
+
+# ------------------------------------------------------------------ stopping
+
+
+def test_ctrl_c_stops_serve_without_a_traceback(webhooks_only: Serve) -> None:
+    """uvicorn raises the Ctrl-C again once it has stopped: it ended as a traceback."""
+    webhooks_only.start()
+    assert webhooks_only.proc is not None
+    assert post_webhook(webhooks_only.url, SECRET, "before") == 200
+    webhooks_only.proc.send_signal(signal.SIGINT)
+    assert webhooks_only.proc.wait(timeout=30) == 0
+    assert "Traceback" not in webhooks_only.text()
+    assert "KeyboardInterrupt" not in webhooks_only.text()
+
+
+def test_a_stop_says_which_turns_it_waits_for_and_a_second_one_stops_them(
+    tmp_path: Path,
+) -> None:
+    """Ctrl-C while an agent ran: the process waited in silence for its thread (up to the
+    rule's timeout_s), and a second Ctrl-C or SIGTERM changed nothing."""
+    home = tmp_path / "home"
+    sleeper = [sys.executable, "-c", "import time; time.sleep(120)"]
+    doc = {
+        "agents": {"slow": {"use": "command", "command": sleeper}},
+        "rules": [{"name": "r", "on": {"source": "local", "type": "t.*"}, "agent": "slow"}],
+    }
+    init_home(home, rules_text=json.dumps(doc))
+    server = Serve(home, {"AUTOLOOP_GITHUB_WEBHOOK_SECRET": SECRET}, tmp_path / "serve.log")
+    server.start()
+    try:
+        emitted = subprocess.run(
+            [sys.executable, "-m", "ghapp.commands.cli", "emit", "local", "t.x", "s", "--id", "1"],
+            cwd=ROOT, env=server.env, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert emitted.returncode == 0, emitted.stderr
+        wait_for("the turn to start", lambda: server.lines("turn t1 started"), log=server)
+        agent = home / "turns" / "t1"
+        wait_for("the agent", lambda: leftover_processes(agent), log=server)
+        assert server.proc is not None
+        server.proc.send_signal(signal.SIGINT)
+        waiting = "stopping: waiting for turn(s) t1 to end"
+        wait_for("the line that says what it waits for", lambda: server.lines(waiting), log=server)
+        assert server.proc.poll() is None  # it waits, saying so
+        server.proc.send_signal(signal.SIGINT)
+        assert server.proc.wait(timeout=20) == 1
+        assert server.lines("stopped turn(s) t1 now")
+        assert leftover_processes(agent) == []
+        assert "Traceback" not in server.text()
+    finally:
+        server.stop()
 
 
 # ------------------------------------------------------------------ refused at start
