@@ -135,6 +135,12 @@ def build(
     master = read_master_key(ctx.home)
     links = CardLinks(master, base_url=base_url)
     hub = ctx.hub()
+    # Here card pages are served: a webhook channel with "links": true carries them too.
+    from plugins.channels.local import WebhookChannel  # noqa: PLC0415  # only where serve runs
+
+    hub.channel_makers["webhook"] = lambda spec: WebhookChannel(
+        spec, ctx.env, link=links.url if spec.links else None
+    )
     extras: list[Any] = []
     worker = WorkerLoop(
         hub, name=worker_name, max_parallel=max_parallel or rules.max_parallel, poll_s=poll_s

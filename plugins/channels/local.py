@@ -10,7 +10,7 @@ import json
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
 from kernel.model import ChannelSpec
@@ -62,15 +62,25 @@ class DesktopChannel:
 class WebhookChannel:
     """POSTs the card as JSON to the URL named by the channel's ``url_env`` variable."""
 
-    def __init__(self, spec: ChannelSpec, env: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        spec: ChannelSpec,
+        env: Mapping[str, str],
+        *,
+        link: Callable[[str], str] | None = None,
+    ) -> None:
         var = str(spec.options.get("url_env", ""))
         self.url = env.get(var, "") if var else str(spec.options.get("url", ""))
         self.format = str(spec.options.get("format", "json"))
+        #: the signed link to a card's page, for a channel with ``"links": true`` where
+        #: the server that answers them runs (``autoloop serve``)
+        self.link = link
 
     def send(self, card: Card, matter: Matter | None, *, previous_ref: str) -> str:
         if not self.url:
             raise RuntimeError("webhook channel has no URL: set the variable named by url_env")
         body: dict[str, Any]
+        link = self.link(card.id) if self.link is not None and card.state == "open" else None
         if self.format == "json":
             body = {
                 "card": card.id,
@@ -81,8 +91,13 @@ class WebhookChannel:
                 "options": list(card.options),
                 "version": card.version,
             }
+            if link is not None:
+                body["link"] = link
         else:
-            body = {"text": render(card)}
+            text = render(card)
+            if link is not None:
+                text += f"\n    or in a browser: {link}"
+            body = {"text": text}
         import httpx  # noqa: PLC0415  # loaded when a card is sent this way: a server without it stays small
 
         resp = httpx.post(self.url, content=json.dumps(body), timeout=10.0)
