@@ -493,8 +493,21 @@ def main(argv: list[str]) -> int:
     for turn in report.turns:
         if turn.state == "failed":
             print(annotation("warning", f"turn {turn.id} failed: {turn.outcome}"), flush=True)
-    write_outputs(renv.output, report)
-    write_summary(renv.summary, report)
+    try:
+        write_outputs(renv.output, report)
+        write_summary(renv.summary, report)
+    except OSError as exc:  # the work is done and recorded: say so, in one line
+        where = exc.filename or f"{renv.output} or {renv.summary}"
+        print(
+            annotation(
+                "error",
+                f"autoloop action: cannot write {where} ({exc.strerror or exc}): the run's "
+                "work is done and recorded; GITHUB_OUTPUT and GITHUB_STEP_SUMMARY must be "
+                "files the job may write",
+            ),
+            flush=True,
+        )
+        return 1
     raised = len(report.new_cards) + sum(len(m.cards) for m in report.deliveries)
     _say(f"done: {len(report.turns)} turn(s), {raised} card(s) raised")
     failed = [m for m in report.deliveries if m.error]

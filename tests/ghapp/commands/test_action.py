@@ -312,3 +312,18 @@ def test_outside_a_runner_it_says_what_is_missing(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert done.stdout.startswith("::error::GITHUB_EVENT_NAME is not set")
+
+
+def test_an_output_file_it_cannot_write_is_one_error_after_the_work(runner: Runner) -> None:
+    """GITHUB_OUTPUT in a folder that does not exist: the turn ran and the card was
+    posted, then a traceback."""
+    r = runner
+    number = r.gh.world.open_issue("reader", "Outputs")
+    missing = r.tmp / "no-such-folder" / "output"
+    ran = r.run("issues", r.issue_opened(number), run_id=5201, GITHUB_OUTPUT=str(missing))
+    assert ran.code == 1
+    assert "Traceback" not in ran.stdout + ran.stderr
+    (error,) = annotations(ran.stdout, "error")
+    assert f"cannot write {missing} (No such file or directory)" in error
+    assert "the run's work is done and recorded" in error
+    assert len(r.card_comments(number)) == 1
