@@ -47,6 +47,7 @@ from ghapp.github.client import GitHubClient
 from ghapp.github.deliveries import pipeline_subject
 from ghapp.github.errors import AmbiguousWrite
 from ghapp.github.executor import Target, find_marked, marker, subject_target
+from ghapp.github.writes import defuse
 from ghapp.runtime.hub import Hub
 from kernel.durations import iso
 from kernel.model import Event
@@ -57,6 +58,10 @@ __all__ = ["ANSWER_LINE", "AnswerDesk", "AnswerRequest", "parse_answer"]
 log = logging.getLogger("autoloop.github.answers")
 
 ANSWER_LINE = re.compile(r"^[ \t]*/answer[ \t]+(c[0-9]{1,12})[ \t]+([0-9]{1,6})\b", re.I | re.M)
+# A line that starts as an answer does but is not one ("/answer c1 two", "/answer 2"): it
+# gets a reply saying how to answer, where it got none and the person waited.
+ANSWER_TRIED = re.compile(r"^[ \t]*/answer\b[^\n]{0,80}", re.I | re.M)
+_CARD_WORD = re.compile(r"\b(c[0-9]{1,12})\b", re.I)
 WRITERS = frozenset({"admin", "write"})  # the client reports "maintain" as "write"
 SWEEP_EVENTS = 5000  # the sweep looks at most at this many of the newest events
 SWEEP_WINDOW = timedelta(days=3)
@@ -68,7 +73,8 @@ class AnswerRequest:
     target: Target  # the issue or PR the comment was written on
     login: str
     card: str
-    choice: int
+    choice: int  # 0: the line is not an answer (``written`` says what it was)
+    written: str = ""
 
 
 def parse_answer(event: Event) -> AnswerRequest | None:
@@ -83,9 +89,19 @@ def parse_answer(event: Event) -> AnswerRequest | None:
     if isinstance(cid, bool) or not isinstance(cid, int):
         return None
     found = ANSWER_LINE.search(body)
-    if found is None:
+    if found is not None:
+        return AnswerRequest(cid, target, login, found.group(1).lower(), int(found.group(2)))
+    tried = ANSWER_TRIED.search(body)
+    if tried is None:
         return None
-    return AnswerRequest(cid, target, login, found.group(1).lower(), int(found.group(2)))
+    line = tried.group(0).strip()
+    named = _CARD_WORD.search(line[len("/answer") :])
+    return AnswerRequest(cid, target, login, named.group(1).lower() if named else "", 0, line)
+
+
+def _code(text: str) -> str:
+    """Text someone wrote, inside a code span of the reply: no backtick ends it."""
+    return text.replace("`", "'")
 
 
 class AnswerDesk:
@@ -175,6 +191,18 @@ class AnswerDesk:
                 f"only people with write access to {req.target.repo} can answer cards "
                 f"(yours: {permission}). Nothing was changed.",
             )
+        if req.choice == 0:
+            card = self._card(req.card) if req.card else None
+            options = ""
+            if card is not None and card.options:
+                listed = ", ".join(f"{i}: {o}" for i, o in enumerate(card.options, 1))
+                options = f" ({defuse(listed)})"  # an agent's words: they notify no one
+            example = req.card or "c1"
+            return self._reply(
+                req,
+                f"it is not an answer: write `/answer {example} N` on a line of its own, N "
+                f"the number of an option{options}. Nothing was changed.",
+            )
         card = self._card(req.card)
         if card is None or not self._same_repo(card, req.target.repo):
             return self._reply(req, f"there is no card {req.card} about {req.target.repo}.")
@@ -218,7 +246,8 @@ class AnswerDesk:
     def _reply(self, req: AnswerRequest, why: str) -> str:
         """One sticky reply per /answer comment, however often this runs."""
         t, mark = req.target, self._mark(req)
-        text = f"{mark}\n@{req.login}: your `/answer {req.card} {req.choice}` was not taken: {why}"
+        written = _code(req.written) if req.choice == 0 else f"/answer {req.card} {req.choice}"
+        text = f"{mark}\n@{req.login}: your `{written}` was not taken: {why}"
         comments = self.client.list_issue_comments(t.repo, t.number)
         if find_marked(comments, mark, self.bot_login) is None:
             try:

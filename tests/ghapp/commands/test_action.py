@@ -121,6 +121,25 @@ def test_a_read_only_users_answer_is_refused(runner: Runner) -> None:
     assert "`/answer c1 N`" in card["body"]  # still waiting
 
 
+@pytest.mark.parametrize("written", ["/answer c1 two", "/answer c1 -1", "/answer 2"])
+def test_an_answer_that_is_not_one_gets_a_reply_saying_how(runner: Runner, written: str) -> None:
+    """A maintainer's '/answer c1 two' got no reply at all: the job ran and did nothing."""
+    r = runner
+    number, _ = open_and_triage(r, run_id=3101)
+    comment = r.gh.world.comment("maintainer", number, f"{written}\nthanks")
+    ran = r.run("issue_comment", r.comment_created(number, comment), run_id=3102)
+    assert ran.code == 0, ran.stdout + ran.stderr
+    (reply,) = [c["body"] for c in r.comments(number) if "was not taken" in c["body"]]
+    assert f"your `{written}` was not taken: it is not an answer: write `/answer c1 N`" in reply
+    if written != "/answer 2":  # the card is named: its options are listed
+        assert "(1: bug, 2: feature, 3: question)" in reply
+    assert "Nothing was changed." in reply
+    assert "bug" not in r.labels(number) and "feature" not in r.labels(number)
+    again = r.run("issue_comment", r.comment_created(number, comment), run_id=3102, attempt=2)
+    assert again.code == 0
+    assert len([c for c in r.comments(number) if "was not taken" in c["body"]]) == 1
+
+
 def test_the_readmes_example_rules_triage_an_issue(runner: Runner) -> None:
     r = runner
     number = r.gh.world.open_issue("reader", "Example rules")
