@@ -114,8 +114,7 @@ def finish(ctx: Context, inp: Finish) -> Reply:
         ctx.emit(f.TurnFinished(outcome="no_receipt", **base))
         return Reply(ok=True, code="finished", message=f"{t.id} ended without a receipt")
     if isinstance(parsed, ReceiptError):
-        where = f"{parsed.where}: " if parsed.where else ""
-        error = f"malformed receipt: {where}{parsed.message}"
+        error = f"malformed receipt: {parsed.message}"  # (the message names the field)
         if t.kind_ == "repair":
             ctx.emit(f.TurnFinished(outcome="malformed", error=error, **base))
             ctx.open_card(

@@ -125,6 +125,10 @@ def test_malformed_receipt_gets_one_repair_turn_in_the_same_session() -> None:
     assert t1
     kn.finish(t1, receipt('{"ask": [{"key": "x", "title": "t", "options": ["only one"]}]}'))
     assert kn.state.turns[t1].outcome == "malformed"
+    # the field is named once (it was "ask[0].options: ask[0].options: needs ...")
+    assert kn.state.turns[t1].error == (
+        "malformed receipt: ask[0].options: needs 2 or more options, got 1"
+    )
     assert kn.state.cards == {}
     t2 = kn.claim("r")
     assert t2
