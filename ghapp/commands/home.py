@@ -184,6 +184,9 @@ class Home:
             log.error("rules not reloaded, the previous ones stay in force: %s", exc)
             self._rules_stamp = stamp
             return self._rules
+        if self._rules is not None:  # an edit taken while running: say so (a bad one is)
+            log.info("%s changed: the new rules are in force (%d rules)", stamp and stamp[0],
+                     len(rules.rules))  # fmt: skip
         self._rules, self._rules_stamp = rules, stamp
         return rules
 

@@ -346,6 +346,16 @@ def create_app(server: Server) -> Starlette:
         source = request.path_params["source"]
         spec = server.source_secrets.get(source)
         if spec is None:
+            try:
+                listed = source in server.hub.rules().sources
+            except Exception:  # a rules file that does not load now: the start's answer
+                listed = False
+            if listed:  # its secret is read once, at start
+                return _error(
+                    404,
+                    f"source {source!r} was added to rules.json after autoloop serve "
+                    "started: restart it to take the source (and its secret)",
+                )
             return _error(404, f"no source {source!r} in rules.json (adapter 'hmac')")
         header, secret = spec
         body = await _read_body(request, MAX_SOURCE_BODY, _SOURCE_TOO_LARGE)

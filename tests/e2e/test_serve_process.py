@@ -166,6 +166,7 @@ def test_a_github_comment_channel_edited_in_while_serving_posts_the_card(
         (body,) = card_comments(gh, number)
         assert "How should this issue be triaged?" in body
         assert "/cards/" not in body  # the new channel has no "links": true
+        assert server.lines("rules.json changed: the new rules are in force (1 rules)")
     assert "Traceback" not in server.text()
 
 

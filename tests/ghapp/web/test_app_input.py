@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import os
 import threading
 import time
 import uuid
@@ -81,6 +82,28 @@ def test_generic_source_takes_a_signed_event(tmp_path: Path) -> None:
         assert post_source(live, source_event(id="big", details=big)).status_code == 200
         (row,) = [e for e in events_in(live) if e.event.id == "big"]
         assert dict(row.event.details) == big
+
+
+def test_a_source_added_while_serving_says_to_restart_not_that_it_is_missing(
+    tmp_path: Path,
+) -> None:
+    """The answer said "no source 'shop' in rules.json" for a source that was there."""
+    home = tmp_path / "h"
+    with live_server(home, RULES, env=ENV, start_worker=False) as live:
+        edited = {**RULES, "sources": {**RULES["sources"], "till": {"adapter": "hmac"}}}
+        path = home / "rules.json"
+        before = path.stat().st_mtime_ns
+        path.write_text(json.dumps(edited))
+        if path.stat().st_mtime_ns == before:  # a coarse clock: the edit must be seen
+            os.utime(path, ns=(before + 1_000_000, before + 1_000_000))
+        resp = post_source(live, source_event(), source="till")
+        assert resp.status_code == 404
+        assert resp.json()["error"] == (
+            "source 'till' was added to rules.json after autoloop serve started: restart "
+            "it to take the source (and its secret)"
+        )
+        unknown = post_source(live, source_event(), source="nope")
+        assert unknown.json()["error"] == "no source 'nope' in rules.json (adapter 'hmac')"
 
 
 def test_non_ascii_bytes_in_the_source_signature_are_401_not_500(tmp_path: Path) -> None:
