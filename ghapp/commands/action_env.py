@@ -185,6 +185,9 @@ def read_payload(path: Path) -> dict[str, Any]:
     return data
 
 
+NO_RULES = '{"agents": {}, "rules": []}\n'  # deliver mode, when the checkout has none
+
+
 def prepare_home(renv: RunnerEnv) -> None:
     """The home with this checkout's rules (checked under their own name first)."""
     from plugins.agents.registry import KNOWN_AGENT_ADAPTERS  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
@@ -197,6 +200,15 @@ def prepare_home(renv: RunnerEnv) -> None:
                 f"in your repository, or keep one in the home ({home})"
             )
         init_home(home)
+        return
+    if renv.mode == "deliver" and not renv.rules.exists():
+        # The pipeline reads its policy from .github/autoloop.toml: a repository that only
+        # delivers keeps no rules (the README's deliver workflow gives none). A policy
+        # that names a review agent says, when it is reached, that rules must define it.
+        if not ((home / "rules.json").exists() or (home / "rules.toml").exists()):
+            init_home(home, rules_text=NO_RULES)
+        else:
+            init_home(home)
         return
     try:
         text = renv.rules.read_text(encoding="utf-8")

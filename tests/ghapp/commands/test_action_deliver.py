@@ -523,3 +523,26 @@ def test_an_issue_in_mode_auto_reads_nothing_for_the_delivery(runner: Runner) ->
     issue = r.gh.world.open_issue("reader", "Crash", body="It crashes.")
     ran = ok(r.run("issues", r.issue_opened(issue), run_id=9101, AUTOLOOP_MODE="auto"))
     assert ran.outputs == {"turns": "1", "cards": "1", "stage": ""}
+
+
+def test_deliver_mode_needs_no_rules_file(runner: Runner) -> None:
+    """The README's deliver workflow gives no 'rules': the default path then names no
+    file, and the job failed with 'cannot read .github/autoloop/rules.json'."""
+    r = runner
+    (r.workspace / ".github" / "autoloop" / "rules.json").unlink()
+    number, head = prepare(r)
+    r.gh.world.add_label("maintainer", number, "deliver")
+    ran = ok(
+        r.run(
+            "pull_request",
+            r.pull_labeled(number, "deliver", "maintainer"),
+            run_id=8101,
+            AUTOLOOP_MODE="deliver",
+        )
+    )
+    assert ran.outputs["stage"] == "checks"
+    assert own_runs(r, head) == [("in_progress", None)]
+    # triage still needs its rules, and says so
+    triage = r.run("issues", r.issue_opened(r.gh.world.open_issue("reader", "x")), run_id=8102)
+    assert triage.code == 2
+    assert "cannot read" in triage.stdout and "rules.json" in triage.stdout
