@@ -69,7 +69,7 @@ from ghapp.commands.home import Home, configure_logs, reset_logs
 from ghapp.github.answers import AnswerDesk, parse_answer
 from ghapp.github.channel import GitHubCommentChannel
 from ghapp.github.client import GitHubClient
-from ghapp.github.errors import GitHubError, Unauthorized, Unreachable
+from ghapp.github.errors import GitHubError, Unauthorized, Unreachable, permission_hint
 from ghapp.github.executor import GitHubExecutor
 from ghapp.github.level import LevelDeliveries, Moved
 from ghapp.runtime.hub import Hub
@@ -416,7 +416,7 @@ def _reason(exc: BaseException) -> tuple[int, str]:
     if isinstance(exc, Unreachable):
         return 1, f"GitHub did not answer ({exc}): check GITHUB_API_URL and the network"
     if isinstance(exc, GitHubError):
-        return 1, f"GitHub: {exc}"
+        return 1, f"GitHub: {exc}{permission_hint(exc)}"
     return 1, f"failed: {type(exc).__name__}: {exc}"
 
 

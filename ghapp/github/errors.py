@@ -115,3 +115,40 @@ class GraphQLError(GitHubError):
         self.errors = errors
         self.type = type
         super().__init__(message, **kw)
+
+
+# The permission a REST path needs, by its first matching part (a job's token or the App).
+_PERMISSIONS = (
+    ("/check-runs", "checks"),
+    ("/check-suites", "checks"),
+    ("/protection", "administration"),
+    ("/rulesets", "administration"),
+    ("/rules/", "administration"),
+    ("/merge", "contents"),
+    ("/deployments", "deployments"),
+    ("/statuses", "statuses"),
+    ("/status", "statuses"),
+    ("/pulls", "pull-requests"),
+    ("/labels", "issues"),
+    ("/comments", "issues"),
+    ("/issues", "issues"),
+    ("/contents", "contents"),
+    ("/git/", "contents"),
+    ("/branches", "contents"),
+    ("/commits", "contents"),
+)
+
+
+def permission_hint(exc: GitHubError) -> str:
+    """For GitHub's 403 "Resource not accessible by integration": which permission the
+    request needs (``; the job needs checks: write``), else ""."""
+    if exc.status != 403 or "not accessible" not in exc.message.lower():
+        return ""
+    path = exc.url.split("?", 1)[0]
+    level = "read" if exc.method.upper() == "GET" else "write"
+    for part, name in _PERMISSIONS:
+        if part in path:
+            return f"; the job's token (or the App) needs {name}: {level}"
+    if path.rstrip("/").count("/") == 3 and "/repos/" in path:  # the repository itself
+        return "; the job's token (or the App) needs metadata: read"
+    return ""

@@ -546,3 +546,28 @@ def test_deliver_mode_needs_no_rules_file(runner: Runner) -> None:
     triage = r.run("issues", r.issue_opened(r.gh.world.open_issue("reader", "x")), run_id=8102)
     assert triage.code == 2
     assert "cannot read" in triage.stdout and "rules.json" in triage.stdout
+
+
+def test_a_token_without_the_checks_permission_is_named_in_the_error(runner: Runner) -> None:
+    r = runner
+    number, _ = prepare(r)
+    r.gh.world.add_label("maintainer", number, "deliver")
+    token = r.gh.world.actions_token(
+        permissions={
+            "contents": "read",
+            "metadata": "read",
+            "issues": "write",
+            "pull_requests": "write",
+        }
+    )
+    ran = r.run(
+        "pull_request",
+        r.pull_labeled(number, "deliver", "maintainer"),
+        run_id=8201,
+        AUTOLOOP_MODE="deliver",
+        GITHUB_TOKEN=token,
+    )
+    assert ran.code == 1 and "Traceback" not in ran.stderr
+    (error,) = [e for e in annotations(ran.stdout, "error") if "check-runs" in e]
+    assert "403" in error
+    assert error.endswith("the job's token (or the App) needs checks: read")
