@@ -190,6 +190,13 @@ def rules_check(home: Path) -> tuple[Check, Rules | None]:
         f"{path}: {len(rules.rules)} rules, {len(rules.agents)} agents, "
         f"{len(rules.channels)} channels (version {rules.version})"
     )
+    if (home / "rules.json").exists() and (home / "rules.toml").exists():
+        return Check(
+            "rules",
+            WARN,
+            f"{detail}; {home / 'rules.toml'} is ignored while rules.json exists: "
+            "keep one of the two",
+        ), rules
     return Check("rules", OK, detail), rules
 
 
@@ -207,7 +214,11 @@ def agent_checks(home: Path, rules: Rules, env: Mapping[str, str]) -> list[Check
     path_var = env.get("PATH", os.defpath)
     for name, spec in sorted(rules.agents.items()):
         users = [r for r in rules.rules if r.agent == name]
-        used_by = ", ".join(r.name for r in users) or "no rule"
+        used_by = ", ".join(r.name for r in users) or (
+            # a delivery policy's review = "agent:NAME" lives in each repository's
+            # .github/autoloop.toml, which doctor does not read
+            'no rule (a delivery policy\'s review = "agent:NAME" may use it)'
+        )
         where = "" if spec.worker in {"any", "local"} else f" (runs on worker {spec.worker!r})"
         program = _program(spec)
         label = f"agent {name}"
