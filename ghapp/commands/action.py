@@ -41,6 +41,8 @@ tries again); 2 for bad configuration. The reason is one ``::error::`` line.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 import sys
 import traceback
@@ -265,12 +267,34 @@ def ingest(
         hub.ledger.decide(k.Ingest(event=own, ignore="caused by this app"))
         say(f"event {etype}: caused by this run's own identity, recorded and not dispatched")
         return out
+    content = content_key(renv.event_name, payload)
     for event in events:
-        code = hub.emit(event).reply.code
+        key = content + event.id[len(renv.delivery) :] if content else ""
+        code = hub.emit(event, content_key=key).reply.code
         out.append(Recorded(event, code))
-        what = "recorded" if code == "recorded" else "already recorded (an earlier attempt)"
+        what = (
+            "recorded"
+            if code == "recorded"
+            else "already recorded (an earlier attempt, or another workflow's run)"
+        )
         say(f"event {event.type} {event.subject}: {what} as {event.id}")
     return out
+
+
+# Events whose payload is the same for different occurrences: each run is its own event.
+_NO_CONTENT_KEY = frozenset({"schedule", "workflow_dispatch", "repository_dispatch"})
+
+
+def content_key(event_name: str, payload: Mapping[str, Any]) -> str:
+    """What a GitHub event is made of, hashed: two workflows of one repository that share
+    a ledger get the same event under two run ids (it ran the rules' turns twice), and
+    record it once, as the App records a body sent again under a new delivery id. ""
+    for the events whose payload does not tell one occurrence from the next."""
+    if event_name in _NO_CONTENT_KEY:
+        return ""
+    body = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    digest = hashlib.sha256(f"{event_name}\n{body}".encode("utf-8", "surrogatepass"))
+    return "action:" + digest.hexdigest()
 
 
 def deliver(

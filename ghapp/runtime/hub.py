@@ -208,8 +208,10 @@ class Hub:
 
     # -- inputs ---------------------------------------------------------------------------
 
-    def emit(self, event: Event) -> Outcome:
-        out = self.ledger.decide(k.Ingest(event=event))
+    def emit(self, event: Event, *, content_key: str = "") -> Outcome:
+        """Record ``event`` (once per source and id; once per ``content_key`` too, when
+        one is given: the same content under another id is a duplicate)."""
+        out = self.ledger.decide(k.Ingest(event=event, content_key=content_key))
         self._after(out)
         return out
 

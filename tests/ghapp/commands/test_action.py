@@ -86,7 +86,9 @@ def test_a_re_run_of_the_same_run_is_the_same_event(runner: Runner) -> None:
     again = r.run("issues", r.issue_opened(number), run_id=2001, attempt=2)
     assert again.code == 0, again.stdout + again.stderr
     assert again.outputs == {"turns": "0", "cards": "0", "stage": ""}
-    assert "already recorded (an earlier attempt) as action-2001-issues" in again.stdout
+    assert "already recorded (an earlier attempt, or another workflow's run) as action-2001" in (
+        again.stdout
+    )
     assert "by an earlier attempt (the same event)" in again.summary
     assert "[attempt 2](" in again.summary
     assert len(r.card_comments(number)) == 1
@@ -103,6 +105,24 @@ def test_a_re_run_of_the_same_run_is_the_same_event(runner: Runner) -> None:
     assert "| `/answer c1 2` | maintainer | taken before |" in rerun.summary
     assert len(r.writes()) == writes
     assert "feature" in r.labels(number)
+
+
+def test_the_same_event_in_two_workflows_sharing_a_ledger_runs_once(runner: Runner) -> None:
+    """Two workflow files on 'issues' and one ledger: the event came under two run ids,
+    and the rules' turns ran twice."""
+    r = runner
+    number, first = open_and_triage(r, run_id=2101)
+    assert first.outputs["turns"] == "1"
+    other = r.run("issues", r.issue_opened(number), run_id=2102)
+    assert other.code == 0, other.stdout + other.stderr
+    assert other.outputs == {"turns": "0", "cards": "0", "stage": ""}
+    assert "already recorded (an earlier attempt, or another workflow's run)" in other.stdout
+    assert len(r.card_comments(number)) == 1
+    # the clock's payload is the same at every tick: each run is its own tick
+    tick = {"schedule": "*/15 * * * *", "workflow": ".github/workflows/clock.yml"}
+    for run_id in (2103, 2104):
+        ran = r.run("schedule", {**tick, "repository": r.repository()}, run_id=run_id)
+        assert f"recorded as action-{run_id}-schedule" in ran.stdout
 
 
 def test_a_read_only_users_answer_is_refused(runner: Runner) -> None:
