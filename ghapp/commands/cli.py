@@ -133,6 +133,11 @@ def cmd_emit(args: argparse.Namespace) -> int:
     from ghapp.runtime.details import read_details  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
     from kernel.model import Event  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
 
+    empty = [name for name in ("source", "type", "id") if not getattr(args, name).strip()]
+    if empty:
+        return _die(
+            2, f"emit: {empty[0]} must not be empty (e.g. emit local hello.world demo --id 1)"
+        )
     ctx = _open()
     try:
         details = read_details(args.details)

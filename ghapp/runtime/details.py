@@ -16,6 +16,7 @@ generic sources (``POST /v1/in/{source}``). They are kept in the ledger as data,
 from __future__ import annotations
 
 import json
+import math
 import sys
 from typing import Any
 
@@ -42,6 +43,8 @@ def problem(value: object, *, max_depth: int = MAX_DEPTH) -> str | None:
         else:
             if type(item) is int and not _INT_MIN <= item < _INT_END:
                 return f"the integer {str(item)[:20]}... does not fit in 64 bits"
+            if type(item) is float and not math.isfinite(item):  # 1e400: stored as null
+                return "a number is beyond a double's range (such as 1e400)"
             if type(item) is str and not item.isascii() and _lone_surrogate(item):
                 return "a string holds a lone surrogate (such as \\ud800): not valid Unicode"
             continue

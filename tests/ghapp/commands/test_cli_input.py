@@ -134,6 +134,8 @@ def test_details_on_stdin_are_bounded_too(home: Home) -> None:
         '{"n": -9223372036854775809}',
         '{"list": [1, 2, 18446744073709551616]}',
         '{"n": NaN}',
+        '{"n": 1e400}',  # read as infinity, and stored as null
+        '{"n": [-1e999]}',
     ],
 )
 def test_numbers_the_ledger_cannot_store_are_refused(home: Home, tmp_path: Path, text: str) -> None:
@@ -141,6 +143,18 @@ def test_numbers_the_ledger_cannot_store_are_refused(home: Home, tmp_path: Path,
     path.write_text(text)
     proc = home.run("emit", "local", "x", "s", "--id", "1", "--details", str(path), ok=False)
     refused(proc, "--details")
+    assert events(home) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "name"),
+    [(("", "x", "s", "--id", "1"), "source"), (("local", " ", "s", "--id", "1"), "type"),
+     (("local", "x", "s", "--id", ""), "id")],
+)  # fmt: skip
+def test_an_empty_source_type_or_id_is_refused(
+    home: Home, args: tuple[str, ...], name: str
+) -> None:
+    refused(home.run("emit", *args, ok=False), f"emit: {name} must not be empty")
     assert events(home) == []
 
 
