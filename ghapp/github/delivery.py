@@ -30,13 +30,14 @@ raised here names its outcome first (``[head_moved] ...``), see
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ghapp.github.client import GitHubClient
-from ghapp.github.errors import AmbiguousWrite, Unprocessable
+from ghapp.github.errors import AmbiguousWrite, GitHubError, Unprocessable
 from ghapp.github.outcomes import refusal
 from ghapp.github.writes import JSON, Target, defuse, find_marked, marker, thread_mentions
 from kernel.records import Action
@@ -50,7 +51,9 @@ CHECK_CONCLUSIONS = ("success", "failure", "neutral")
 SUMMARY_MAX = 65_000  # GitHub refuses a check run summary over 65535 characters
 
 _SHA = re.compile(r"^[0-9a-fA-F]{7,64}$")
+log = logging.getLogger("autoloop.github.delivery")
 _SEQ = re.compile(r"<!-- autoloop:seq=([0-9]{1,12}) -->")
+_HEAD = re.compile(r"<!-- autoloop:head=([0-9a-f]{40}) -->")  # the head the comment showed
 _STATE = re.compile(r"^[A-Za-z0-9_-]{1,64000}$")  # base64url, as ghapp.github.carried writes it
 
 
@@ -245,8 +248,12 @@ class DeliveryWrites:
         if status == "completed":
             fields["conclusion"] = conclusion or "neutral"
         run = self._check_run(t, head_sha, fields)
+        before = _HEAD.search(str(found.get("body") or "")) if found is not None else None
+        if before is not None and before.group(1) != head_sha.lower():
+            self._supersede(t, before.group(1), head_sha)
         allowed = thread_mentions(self.client, t, [body], self.mentions())
-        text = f"{mark}\n{marker('seq', str(seq))}\n{held}{defuse(body, allowed)}"
+        head = marker("head", head_sha.lower())
+        text = f"{mark}\n{marker('seq', str(seq))}\n{head}\n{held}{defuse(body, allowed)}"
         comment = self._comment(t, mark, text, found)
         return {
             "applied": True,
@@ -255,6 +262,27 @@ class DeliveryWrites:
             "comment": comment,
             "read_back": retry,
         }
+
+    def _supersede(self, t: Target, old: str, new: str) -> None:
+        """Our run on the head the delivery left (its branch was updated, or pushed to),
+        completed: it stayed "in progress" on that commit for ever. Shown only: a failure
+        here is logged and changes nothing else."""
+        try:
+            run = self._own_run(t, old)
+            if run is None or run.get("status") == "completed":
+                return
+            self.client.update_check_run(
+                t.repo,
+                int(run["id"]),
+                status="completed",
+                conclusion="neutral",
+                output={
+                    "title": "Superseded",
+                    "summary": f"The delivery goes on at {new[:7]}, the head of {t} now.",
+                },
+            )
+        except GitHubError as exc:
+            log.warning("the check run of %s on %s left as it was: %s", t, old[:7], exc)
 
     def _ours(self, run: Mapping[str, Any]) -> bool:
         app = run.get("app")

@@ -153,6 +153,8 @@ def test_a_push_that_fixes_the_policy_moves_the_delivery_on(tmp_path: Path) -> N
         assert now != head
         wait_for("the last progress", lambda: shown_delivered(gh, number, now))
         assert own(gh, "PUT", "/merge") == 1
+        # the run on the head it left is completed, not "in progress" on that commit for ever
+        assert own_runs(gh, head) == [("completed", "neutral")]
 
 
 def test_deliver_review_with_no_review_asked_reviews_and_never_merges(tmp_path: Path) -> None:
