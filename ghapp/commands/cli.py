@@ -63,8 +63,16 @@ def _show(text: str, *, file: TextIO | None = None) -> None:
     print(for_terminal(text), file=file or sys.stdout, flush=True)
 
 
+# Set for a command run with --json: its refusal is a JSON object on stdout as well, so
+# that a script reading stdout gets an answer it can parse (the line on stderr stays).
+class _Errors:
+    as_json = False
+
+
 def _die(code: int, message: str) -> int:
     _show(f"autoloop: {message}", file=sys.stderr)
+    if _Errors.as_json:
+        _print_json({"error": message, "exit": code})
     return code
 
 
@@ -866,6 +874,7 @@ def _main(args_list: list[str]) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    _Errors.as_json = bool(getattr(args, "json", False))
     try:
         result: int = args.func(args)
         return result

@@ -467,3 +467,15 @@ def test_text_from_others_drives_no_terminal(tmp_path: Path) -> None:
     assert "Crash\\x1b[2J\\x1b]0;pwned\\x07\\r on start\\u202e" in why, why
     (event,) = h.json("status")["events"]
     assert event["subject"] == evil  # the ledger keeps the text as it came
+
+
+@pytest.mark.parametrize(
+    "args", [("answer", "c99", "1"), ("why", "t999"), ("cards", "dismiss", "c99")]
+)
+def test_with_json_a_refusal_is_json_on_stdout_too(home: Home, args: tuple[str, ...]) -> None:
+    """A script reading --json output got nothing on stdout when the command refused."""
+    proc = home.run(*args, "--json", ok=False)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    answer = json.loads(proc.stdout)
+    assert answer == {"error": line.removeprefix("autoloop: "), "exit": proc.returncode}
