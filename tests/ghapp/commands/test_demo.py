@@ -91,10 +91,10 @@ def test_try_json_needs_an_answer_and_then_prints_the_trail(tmp_path: Path) -> N
     refused = subprocess.run(
         cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False
     )
-    assert refused.returncode == 2 and refused.stdout == ""
-    assert refused.stderr.strip() == (
-        "autoloop: --json needs --answer N: there is no one to ask on a terminal"
-    )
+    why = "--json needs --answer N: there is no one to ask on a terminal"
+    assert refused.returncode == 2
+    assert json.loads(refused.stdout) == {"error": why, "exit": 2}  # --json: JSON, even so
+    assert refused.stderr.strip() == f"autoloop: {why}"
     proc = subprocess.run(
         [*cmd, "--answer", "2"],
         cwd=ROOT,
