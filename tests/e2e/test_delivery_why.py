@@ -248,5 +248,8 @@ def test_why_names_what_it_cannot_find_in_one_line(tmp_path: Path) -> None:
         f"autoloop: no delivery '{gh.repo}#999' in this ledger; 'autoloop status' lists them"
     ]
     odd = why(home, "no-such-thing", "--json")
-    assert odd.returncode == 1 and odd.stdout == "" and len(odd.stderr.splitlines()) == 1
+    assert odd.returncode == 1 and len(odd.stderr.splitlines()) == 1
     assert "owner/repo#N" in odd.stderr
+    # with --json the refusal is JSON on stdout too, for a script that reads it
+    line = odd.stderr.strip().removeprefix("autoloop: ")
+    assert json.loads(odd.stdout) == {"error": line, "exit": 1}
