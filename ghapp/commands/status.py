@@ -164,6 +164,7 @@ def status_data(store: Store, home: Path, now: datetime) -> dict[str, Any]:
                 "hops": t["hops"],
                 "started_at": t["started_at"],
                 "ended_at": t["ended_at"],
+                "lease_until": t["lease_until"] if t["state"] == "running" else "",
                 "tokens": t["tokens"],
                 "cost_usd": t["cost_usd"],
             }
@@ -400,6 +401,14 @@ def show(data: Mapping[str, Any], out: Out) -> None:
                 for t in reversed(recent)
             ],
         )
+    for t in data["turns"]:
+        if t["state"] == "running" and t.get("lease_until"):
+            # A worker killed mid-turn leaves it "running" until its claim lapses: say so
+            out.line(
+                f"turn {t['id']} runs on worker {t['worker'] or '?'}, claimed until "
+                f"{_short_time(t['lease_until'])} (renewed while its agent runs; if that "
+                "worker is gone, the turn runs again once the claim lapses)"
+            )
     if data["matters"]:
         out.table(
             "matters",

@@ -84,6 +84,7 @@ def reference_status(store: Store, rules: Rules | None, now: datetime) -> dict[s
                 "hops": t.hops,
                 "started_at": t.started_at,
                 "ended_at": t.ended_at,
+                "lease_until": t.lease_until if t.state == "running" else "",
                 "tokens": t.tokens,
                 "cost_usd": t.cost_usd,
             }
@@ -416,5 +417,9 @@ def test_the_command_prints_what_the_record_classes_read(
         assert text.stdout == shown(want)
         assert text.stderr == as_json.stderr
         assert (text.stderr == "") == (rules is not None)
+    # fill() leaves one turn running: who holds it, and until when, is said
+    (running,) = [t for t in want["turns"] if t["state"] == "running"]
+    assert running["lease_until"]
+    assert f"turn {running['id']} runs on worker w, claimed until " in text.stdout
     if rules is not None:
         assert "daily cap (Asia/Shanghai): $1 or 5000 tokens, not reached" in text.stdout
