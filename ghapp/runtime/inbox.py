@@ -88,6 +88,7 @@ from ghapp.runtime.webhooks import (
     BadBody,
     check_json_object,
     inputs_for,
+    mended_text,
     webhook_payload,
 )
 from kernel import inputs as k
@@ -254,11 +255,7 @@ class Inbox:
         try:
             found = self._log.open()
         except OSError as exc:
-            raise InboxError(
-                f"the webhook inbox {self.path} cannot be opened: "
-                f"{exc.strerror or exc} ({type(exc).__name__}); it must be a folder "
-                "this user can write"
-            ) from exc
+            raise self._cannot_open(exc) from exc
         recovered = [
             Received(
                 name=r.name,
@@ -274,6 +271,13 @@ class Inbox:
             self._hold(r)
         return recovered
 
+    def _cannot_open(self, exc: OSError) -> InboxError:
+        return InboxError(
+            f"the webhook inbox {self.path} cannot be opened: "
+            f"{exc.strerror or exc} ({type(exc).__name__}); it must be a folder "
+            "this user can write"
+        )
+
     def _lock_inbox(self) -> None:
         """Hold the inbox's lock file for as long as this process serves: a second
         ``autoloop serve`` on the same home wrote the same segment files. The system drops
@@ -284,11 +288,7 @@ class Inbox:
             self.path.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as exc:
-            raise InboxError(
-                f"the webhook inbox {self.path} cannot be opened: "
-                f"{exc.strerror or exc} ({type(exc).__name__}); it must be a folder "
-                "this user can write"
-            ) from exc
+            raise self._cannot_open(exc) from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -953,10 +953,7 @@ def _passing(exc: BaseException) -> bool:
 
 def _storable(text: str) -> str:
     """``text`` as every ledger stores it: no NUL, no lone surrogate (each as U+FFFD)."""
-    text = text.replace("\x00", "\ufffd")
-    if text.isascii():
-        return text
-    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return mended_text(text.replace("\x00", "\ufffd"))
 
 
 LOCK_FILE = "serve.lock"  # held by the process that serves from the inbox (its pid inside)

@@ -101,7 +101,7 @@ def _mend(value: Any) -> Any:
     the inbox, tried again and again, and held back every delivery after it. A valid
     pair is one character already, kept. Walks without recursion."""
     if isinstance(value, str):
-        return _mended(value)
+        return mended_text(value)
     stack = [(value, 1)]
     while stack:
         item, depth = stack.pop()
@@ -113,17 +113,18 @@ def _mend(value: Any) -> Any:
             for k_, v in pairs:
                 if isinstance(v, dict | list):
                     stack.append((v, depth + 1))
-                item[_mended(k_)] = _mended(v) if isinstance(v, str) else v
+                item[mended_text(k_)] = mended_text(v) if isinstance(v, str) else v
         elif isinstance(item, list):
             for i, v in enumerate(item):
                 if isinstance(v, str):
-                    item[i] = _mended(v)
+                    item[i] = mended_text(v)
                 elif isinstance(v, dict | list):
                     stack.append((v, depth + 1))
     return value
 
 
-def _mended(text: str) -> str:
+def mended_text(text: str) -> str:
+    """``text`` with each lone surrogate made U+FFFD (a valid pair is kept)."""
     if text.isascii():
         return text
     return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
