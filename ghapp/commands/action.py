@@ -76,7 +76,7 @@ from ghapp.github.executor import GitHubExecutor
 from ghapp.github.level import LevelDeliveries, Moved
 from ghapp.runtime.hub import Hub
 from ghapp.runtime.settings import Settings, SettingsError
-from ghapp.store.base import Store, StoreError
+from ghapp.store.base import Store, StoreError, ledger_name
 from kernel import inputs as k
 from kernel.errors import ConfigError
 from kernel.model import Event
@@ -140,16 +140,24 @@ def connect(renv: RunnerEnv) -> Identity:
     return Identity(client, login, slug, None)
 
 
-def wire(hub: Hub, who: Identity) -> None:
-    """Cards as comments (the rules' ``github-comment`` channels) and GitHub write-backs."""
+def wire(hub: Hub, who: Identity, run_id: str) -> None:
+    """Cards as comments (the rules' ``github-comment`` channels) and GitHub write-backs.
+    Their markers name the ledger: a ledger made by this run is named after the run, so
+    that a re-run on a home made afresh (a hosted runner without a database) finds the
+    comments of the run's first attempt, and a later run's never takes them for its own."""
 
     def mentions() -> tuple[str, ...]:  # rules.json's (see ghapp.github.writes.defuse)
         return hub.rules().mentions
 
+    ledger = ledger_name(hub.store, f"run{run_id}")
     for name, spec in hub.rules().channels.items():
         if spec.use == CHANNEL_ADAPTER:
-            hub.channels[name] = GitHubCommentChannel(who.client, who.bot_login, mentions=mentions)
-    hub.executors["github"] = GitHubExecutor(who.client, who.bot_login, mentions=mentions)
+            hub.channels[name] = GitHubCommentChannel(
+                who.client, who.bot_login, mentions=mentions, ledger=ledger
+            )
+    hub.executors["github"] = GitHubExecutor(
+        who.client, who.bot_login, mentions=mentions, ledger=ledger
+    )
 
 
 def _versions(store: Store) -> dict[str, int]:
@@ -213,7 +221,7 @@ def _run(
         before = _versions(ctx.store)
         hub = ctx.hub(on_turn=lambda phase, turn: _say_turn(say, phase, turn))
         if who is not None:
-            wire(hub, who)
+            wire(hub, who, renv.run_id)
         name = "pull_request" if renv.event_name == "pull_request_target" else renv.event_name
         events = translate(
             name,

@@ -53,7 +53,7 @@ DEMO_RULES: dict[str, Any] = {
         }
     ],
 }
-MARKER = re.compile(r"<!-- autoloop:card=(c\d+) -->")
+MARKER = re.compile(r"<!-- autoloop:card=(c\d+)(?: ledger=\w+)? -->")
 
 
 class DemoFailed(Exception):

@@ -43,6 +43,7 @@ from ghapp.github.sweeper import Sweeper
 from ghapp.runtime.hub import Hub
 from ghapp.runtime.links import CardLinks
 from ghapp.runtime.settings import GitHubSettings, SettingsError
+from ghapp.store.base import ledger_name
 from ghapp.web.app import Server
 from kernel.model import ChannelSpec, Event
 
@@ -163,14 +164,20 @@ def _wire(
     def mentions() -> tuple[str, ...]:  # rules.json's, as it is now
         return hub.rules().mentions
 
+    ledger = ledger_name(hub.store)  # in the markers of what it writes (card ids restart)
+
     def comment_channel(spec: ChannelSpec) -> GitHubCommentChannel:
         return GitHubCommentChannel(
-            client, bot_login, links=links if spec.links else None, mentions=mentions
+            client,
+            bot_login,
+            links=links if spec.links else None,
+            mentions=mentions,
+            ledger=ledger,
         )
 
     # Made per channel of the rules, again when rules.json adds, renames or changes one.
     hub.channel_makers[CHANNEL_ADAPTER] = comment_channel
-    hub.executors["github"] = GitHubExecutor(client, bot_login, mentions=mentions)
+    hub.executors["github"] = GitHubExecutor(client, bot_login, mentions=mentions, ledger=ledger)
     deliveries = Deliveries(hub, client, bot_login, bot_app_id=server.app_id)
     server.on_events = deliveries.on_events
     worker_wake = server.wake

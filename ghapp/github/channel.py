@@ -9,9 +9,12 @@ notices, schedules) are skipped by this channel.
 Each new version of the card (answered, resolved, updated) edits the same comment: the
 ref returned by :meth:`GitHubCommentChannel.send` is the comment id, and the hub hands it
 back as ``previous_ref``. The comment carries the hidden marker
-``<!-- autoloop:card=<id> -->``; before creating a comment (first send, or after a
-create whose answer was lost) the channel looks for ours by marker and our bot author,
-so a crash or a lost answer never leaves two comments for one card.
+``<!-- autoloop:card=<id> ledger=<name> -->``; before creating a comment (first send, or
+after a create whose answer was lost) the channel looks for ours by marker and our bot
+author, so a crash or a lost answer never leaves two comments for one card. The marker
+names the ledger (:func:`~ghapp.store.base.ledger_name`) because card ids restart in
+each: an Action run on a home made afresh found the card ``c1`` an earlier run had
+posted on the same issue, and edited it (the answered card was gone).
 """
 
 from __future__ import annotations
@@ -39,11 +42,13 @@ def _same(a: object, b: str) -> bool:
     return isinstance(a, str) and _LINK_TOKEN.sub("/cards/", a) == _LINK_TOKEN.sub("/cards/", b)
 
 
-def render_card(card: Card, *, link: str | None = None, mentions: Iterable[str] = ()) -> str:
+def render_card(
+    card: Card, *, link: str | None = None, mentions: Iterable[str] = (), ledger: str = ""
+) -> str:
     """The comment's markdown (agent text is defused: it cannot carry our markers, nor
-    mention anyone but ``mentions``)."""
+    mention anyone but ``mentions``); its marker names ``ledger`` when one is given."""
     mentions = tuple(mentions)
-    lines = [marker("card", card.id), f"**{defuse(card.title, mentions)}**"]
+    lines = [marker("card", card.id, ledger), f"**{defuse(card.title, mentions)}**"]
     if card.text:
         lines += ["", defuse(card.text, mentions)]
     if card.kind_ == "ask" and card.options:
@@ -69,11 +74,11 @@ def render_card(card: Card, *, link: str | None = None, mentions: Iterable[str] 
     return "\n".join(lines)
 
 
-def render_operator_notice(card: Card) -> str:
+def render_operator_notice(card: Card, *, ledger: str = "") -> str:
     """The public face of a notice meant for whoever runs Autoloop (a turn that failed
     for good): that something needs them, never the error or the local commands."""
     lines = [
-        marker("card", card.id),
+        marker("card", card.id, ledger),
         "**Autoloop could not finish its work here.**",
         "",
         f"The people who run it have been told (card {card.id}).",
@@ -91,9 +96,11 @@ class GitHubCommentChannel:
         *,
         links: CardLinks | None = None,
         mentions: Callable[[], Iterable[str]] = tuple,
+        ledger: str = "",
     ) -> None:
         self.client = client
         self.bot_login = bot_login
+        self.ledger = ledger  # the ledger's name, in each card's marker (see marker())
         self.links = links
         self.mentions = mentions  # rules.json's "mentions", read at each render
         self._locks: dict[str, threading.Lock] = {}
@@ -109,13 +116,14 @@ class GitHubCommentChannel:
         if target is None:
             return ""  # not about an issue or pull request: nothing to show here
         if for_operator(card.key):  # its text is for the operator: not on a public issue
-            text = render_operator_notice(card)
+            text = render_operator_notice(card, ledger=self.ledger)
         else:
             said = (card.title, card.text, *card.options)
             text = render_card(
                 card,
                 link=self.links.url(card.id) if self.links else None,
                 mentions=thread_mentions(self.client, target, said, self.mentions()),
+                ledger=self.ledger,
             )
         # A turn's thread and a sweep may deliver the same card at once: one at a time,
         # and never an older version over a newer one.
@@ -135,7 +143,7 @@ class GitHubCommentChannel:
                 pass  # someone deleted it: write a new one below
             except AmbiguousWrite:
                 # An edit may be resent safely, but read first: no write twice.
-                found = self._find(t, marker("card", card.id))
+                found = self._find(t, self._mark(card))
                 if found is None or str(found.get("id")) != previous_ref:
                     raise
                 if not _same(found.get("body"), text):
@@ -143,7 +151,10 @@ class GitHubCommentChannel:
                 return previous_ref
             else:
                 return previous_ref
-        return self._create_once(t, marker("card", card.id), text)
+        return self._create_once(t, self._mark(card), text)
+
+    def _mark(self, card: Card) -> str:
+        return marker("card", card.id, self.ledger)
 
     def _create_once(self, t: Target, mark: str, text: str) -> str:
         found = self._find(t, mark)

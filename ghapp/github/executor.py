@@ -131,10 +131,12 @@ class GitHubExecutor:
         app_id: int | None = None,
         max_attempts: int = MAX_ATTEMPTS,
         mentions: Callable[[], Iterable[str]] = tuple,
+        ledger: str = "",
     ) -> None:
         self.client = client
         self.bot_login = bot_login
         self.mentions = mentions  # rules.json's "mentions" (see writes.defuse)
+        self.ledger = ledger  # the ledger's name, in each write's marker (action ids restart)
         self.max_attempts = max_attempts
         self.delivery = DeliveryWrites(client, bot_login, app_id=app_id, mentions=mentions)
         self._ops: dict[str, Callable[[Action, Target, bool], JSON]] = {
@@ -180,7 +182,7 @@ class GitHubExecutor:
     def _comment(self, action: Action, t: Target, retry: bool) -> JSON:
         said = _text(action.params, "body")
         body = defuse(said, thread_mentions(self.client, t, [said], self.mentions()))
-        text = f"{marker('action', action.id)}\n{body}"
+        text = f"{marker('action', action.id, self.ledger)}\n{body}"
         if not retry:
             try:
                 made = self.client.create_comment(t.repo, t.number, text)
@@ -188,7 +190,7 @@ class GitHubExecutor:
                 pass
             else:
                 return {"comment": made.get("id"), "url": made.get("html_url")}
-        return self.sticky_comment(t, marker("action", action.id), text)
+        return self.sticky_comment(t, marker("action", action.id, self.ledger), text)
 
     def sticky_comment(self, t: Target, mark: str, text: str) -> JSON:
         """Find our comment holding ``mark`` and make it say ``text``; create it if missing."""
@@ -304,7 +306,7 @@ class GitHubExecutor:
         sha = action.params.get("sha")
         if sha is not None and not (isinstance(sha, str) and _SHA.match(sha)):
             raise ActionFailed(f"'sha' must be a commit sha, not {sha!r}")
-        mark = marker("action", action.id)
+        mark = marker("action", action.id, self.ledger)
         text = f"{mark}\n{defuse(body, thread_mentions(self.client, t, [body], self.mentions()))}"
         if retry:
             found = find_marked(self._reviews(t), mark, self.bot_login)

@@ -37,8 +37,12 @@ _SUBJECT = re.compile(r"^([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)#([1-9][0-9]{0,9})$")
 JSON = dict[str, Any]
 
 
-def marker(kind: str, ident: str) -> str:
-    return f"{MARK}{kind}={ident} -->"
+def marker(kind: str, ident: str, ledger: str = "") -> str:
+    """The hidden marker of what the hub wrote: ``<!-- autoloop:card=c3 -->``. With
+    ``ledger`` (the ledger's name), ``<!-- autoloop:card=c3 ledger=NAME -->``: card and
+    action ids restart in every ledger, so a comment is found as ours by both (a home
+    made afresh edited the cards an earlier one posted on the same issue)."""
+    return f"{MARK}{kind}={ident}{f' ledger={ledger}' if ledger else ''} -->"
 
 
 #: An @mention as GitHub reads one: not inside a word or an e-mail address.

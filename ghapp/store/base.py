@@ -117,6 +117,8 @@ class Tx(Protocol):
 
     def tamper(self, kind: str, rid: str, data: str) -> None: ...
 
+    def ledger_name(self, proposed: str) -> str: ...
+
 
 class Store(Protocol):
     url: str
@@ -533,6 +535,17 @@ class SqlTx:
             self._q("UPDATE records SET data = ? WHERE kind = ? AND id = ?"), (data, kind, rid)
         )
 
+    def ledger_name(self, proposed: str) -> str:
+        """This ledger's name, set once: ``proposed`` when it has none yet. What the hub
+        writes on GitHub carries it, so that two ledgers (a home made afresh, a second
+        hub) never take each other's comments for their own."""
+        self.cur.execute(
+            self._q("INSERT INTO ledger_info (k, v) VALUES ('name', ?) ON CONFLICT (k) DO NOTHING"),
+            (proposed,),
+        )
+        self.cur.execute("SELECT v FROM ledger_info WHERE k = 'name'")
+        return str(self.cur.fetchone()[0])
+
 
 def _fact(seq: int, data: Any) -> Fact:
     """The fact stored as ``data``; a row that does not decode is a damaged ledger."""
@@ -547,6 +560,15 @@ def _fact(seq: int, data: Any) -> Fact:
             f"fact {seq} of the ledger cannot be read ({what}): the ledger is damaged; "
             "restore it from a backup"
         ) from None
+
+
+def ledger_name(store: Store, proposed: str = "") -> str:
+    """The ledger's name (:meth:`SqlTx.ledger_name`), given ``proposed`` or 8 random hex
+    digits when it has none yet."""
+    import secrets  # noqa: PLC0415  # (hashlib with it: `autoloop status` loads neither)
+
+    with store.write() as tx:
+        return tx.ledger_name(proposed or secrets.token_hex(4))
 
 
 def _queued_key(rid: str) -> tuple[str, int]:

@@ -22,6 +22,7 @@ from ghapp.github.answers import AnswerDesk
 from ghapp.github.client import GitHubClient
 from ghapp.github.sweeper import Sweeper
 from ghapp.runtime.settings import Settings
+from ghapp.store.base import ledger_name
 from kernel.model import Event
 from kernel.records import Action, Card, EventRow, Turn
 from plugins.protocols import ActionFailed
@@ -164,7 +165,10 @@ def test_an_opened_issue_is_triaged_end_to_end_with_each_write_once(tmp_path: Pa
         card = card_of(r, number)
         body = comment["body"]
         assert comment["user"]["login"].endswith("[bot]")
-        assert f"<!-- autoloop:card={card.id} -->" in body
+        # the marker names the ledger: card ids restart in each (a home made afresh)
+        name = ledger_name(r.live.hub.store, "not-this")
+        assert len(name) == 8 and name != "not-this"
+        assert f"<!-- autoloop:card={card.id} ledger={name} -->" in body
         assert "How should this issue be triaged?" in body
         assert "1. bug\n2. feature\n3. question" in body
         assert f"`/answer {card.id} N`" in body

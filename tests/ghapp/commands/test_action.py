@@ -107,6 +107,39 @@ def test_a_re_run_of_the_same_run_is_the_same_event(runner: Runner) -> None:
     assert "feature" in r.labels(number)
 
 
+def test_a_run_on_a_home_made_afresh_leaves_an_earlier_runs_card_alone(
+    runner: Runner, tmp_path: Path
+) -> None:
+    """A hosted runner without a database starts every job with a new ledger, whose card
+    ids start at c1 again: the new run found the earlier run's c1 on the same issue by its
+    marker and wrote over it, answer and all."""
+    r = runner
+    number, made = open_and_triage(r, run_id=2201)
+    assert made.code == 0, made.stdout + made.stderr
+    comment = r.gh.world.comment("maintainer", number, "/answer c1 1")
+    assert r.run("issue_comment", r.comment_created(number, comment), run_id=2202).code == 0
+    (answered,) = r.card_comments(number)
+    assert "Answered: **bug** by @maintainer" in answered["body"]
+    assert "ledger=run2201 -->" in answered["body"]  # the ledger was made by run 2201
+
+    payload = r.issue_opened(number)  # a second workflow on 'issues', a ledger of its own
+    fresh = r.run("issues", payload, run_id=2203, AUTOLOOP_HOME=str(tmp_path / "fresh-1"))
+    assert fresh.code == 0, fresh.stdout + fresh.stderr
+    assert fresh.outputs["cards"] == "1"
+    old, new = r.card_comments(number)
+    assert old == answered  # untouched
+    assert "ledger=run2203 -->" in new["body"] and "`/answer c1 N`" in new["body"]
+
+    # Its re-run, on a home made afresh again, is the same run: it finds its own card.
+    writes = len(r.writes())
+    rerun = r.run(
+        "issues", payload, run_id=2203, attempt=2, AUTOLOOP_HOME=str(tmp_path / "fresh-2")
+    )
+    assert rerun.code == 0, rerun.stdout + rerun.stderr
+    assert r.card_comments(number) == [old, new]
+    assert [(w.method, w.path) for w in r.writes()[writes:] if w.method == "POST"] == []
+
+
 def test_the_same_event_in_two_workflows_sharing_a_ledger_runs_once(runner: Runner) -> None:
     """Two workflow files on 'issues' and one ledger: the event came under two run ids,
     and the rules' turns ran twice."""

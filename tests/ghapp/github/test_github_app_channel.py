@@ -158,6 +158,34 @@ def test_a_send_after_a_crash_finds_the_comment_already_made(
     assert bot_writes(sandbox, "PATCH", f"/issues/comments/{ref}") == 0
 
 
+def test_another_ledgers_card_with_the_same_id_is_never_taken_for_ours(
+    sandbox: SandboxHandle, client: GitHubClient, channel: GitHubCommentChannel
+) -> None:
+    """Card ids restart in every ledger: an Action run on a home made afresh raised its
+    c1 on an issue where an earlier run's c1 had been answered, found that comment by its
+    marker and wrote over it."""
+    number = sandbox.world.open_issue("reader", "Two ledgers")
+    about = matter(f"{sandbox.repo}#{number}")
+    first = GitHubCommentChannel(client, channel.bot_login, ledger="run41")
+    answered = ask("c1", state="done", choice=2, answered_by="maintainer", version=2)
+    first_ref = first.send(answered, about, previous_ref="")
+    before = client.list_issue_comments(sandbox.repo, number)[0]["body"]
+    assert "<!-- autoloop:card=c1 ledger=run41 -->" in before
+
+    second = GitHubCommentChannel(client, channel.bot_login, ledger="run42")
+    second_ref = second.send(ask("c1"), about, previous_ref="")
+    assert second_ref != first_ref
+    bodies = {str(c["id"]): c["body"] for c in client.list_issue_comments(sandbox.repo, number)}
+    assert bodies[first_ref] == before  # the answered card stays as it was
+    assert "<!-- autoloop:card=c1 ledger=run42 -->" in bodies[second_ref]
+    assert "To answer, comment `/answer c1 N`" in bodies[second_ref]
+
+    # The same ledger after a crash (its delivery never recorded) still finds its own.
+    again = GitHubCommentChannel(client, channel.bot_login, ledger="run42")
+    assert again.send(ask("c1"), about, previous_ref="") == second_ref
+    assert len(client.list_issue_comments(sandbox.repo, number)) == 2
+
+
 def test_an_edit_whose_answer_was_lost_is_read_back_not_resent(
     sandbox: SandboxHandle, client: GitHubClient, channel: GitHubCommentChannel
 ) -> None:

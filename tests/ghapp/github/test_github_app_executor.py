@@ -141,6 +141,29 @@ def test_a_sticky_comment_retried_after_a_crash_is_found_by_its_marker(
     assert only["body"] == f"<!-- autoloop:action={first.id} -->\nHello"
 
 
+def test_a_retried_write_back_never_takes_another_ledgers_comment_for_its_own(
+    sandbox: SandboxHandle, gh: GitHubClient
+) -> None:
+    """Action ids restart in every ledger (t1.a0 again in a home made afresh): a retry
+    looked for its comment by marker, found an earlier ledger's and wrote over it."""
+    bot = f"{sandbox_slug(gh)}[bot]"
+    number = sandbox.world.open_issue("reader", "Two ledgers")
+    older = GitHubExecutor(gh, bot, ledger="run51")
+    newer = GitHubExecutor(gh, bot, ledger="run52")
+    params = {"repo": sandbox.repo, "number": number, "body": "Triaged as bug."}
+    first = Action(id="t1.a0", matter="m", turn="t1", do="github.comment", params=params)
+    older.perform(first)
+    again = replace(first, params={**first.params, "body": "Triaged as feature."}, attempts=1)
+    newer.perform(again)  # a retry: it looks for its own comment before writing
+    bodies = [c["body"] for c in gh.list_issue_comments(sandbox.repo, number)]
+    assert bodies == [
+        "<!-- autoloop:action=t1.a0 ledger=run51 -->\nTriaged as bug.",
+        "<!-- autoloop:action=t1.a0 ledger=run52 -->\nTriaged as feature.",
+    ]
+    newer.perform(replace(again, attempts=2))  # its own is found: nothing written twice
+    assert len(gh.list_issue_comments(sandbox.repo, number)) == 2
+
+
 def test_a_502_that_applied_nothing_is_written_once_after_reading_back(
     sandbox: SandboxHandle, gh: GitHubClient, ex: GitHubExecutor
 ) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ghapp.runtime.ledger import Ledger
-from ghapp.store.base import DuplicateFact, Store, StoreError
+from ghapp.store.base import DuplicateFact, Store, StoreError, ledger_name
 from ghapp.store.open import open_store
 from kernel import inputs as k
 from kernel.codec import dump_record
@@ -220,6 +220,27 @@ def test_concurrent_writers_never_lose_or_double_an_event(store_url: str) -> Non
     assert ledger(stores[0]).check() == []
     for s in stores:
         s.close()
+
+
+def test_a_ledger_is_named_once_by_whoever_asks_first(store_url: str) -> None:
+    """What the hub writes on GitHub carries the ledger's name (card and action ids
+    restart in every ledger); every replica, and every later process, gets the same."""
+    first, second = open_store(store_url), open_store(store_url)
+    name = ledger_name(first)
+    assert len(name) == 8 and int(name, 16) >= 0
+    assert ledger_name(second, "run7") == name  # proposed too late: the first one stays
+    assert ledger_name(first, "run8") == name
+    first.close()
+    second.close()
+    later = open_store(store_url)
+    assert ledger_name(later) == name
+    later.close()
+
+
+def test_a_ledger_is_named_as_proposed_when_it_has_no_name(store_url: str) -> None:
+    s = open_store(store_url)
+    assert ledger_name(s, "run7") == "run7"
+    s.close()
 
 
 @pytest.mark.parametrize("old", [1, 2])
