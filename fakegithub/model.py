@@ -100,6 +100,8 @@ class Issue:
     closed_at: datetime | None = None
     state_reason: str | None = None
     is_pull: bool = False
+    #: what ``GET .../issues/{n}/events`` lists: (id, event, actor login, label, when)
+    timeline: list[tuple[int, str, str, str, datetime]] = field(default_factory=list)
 
 
 @dataclass(slots=True)

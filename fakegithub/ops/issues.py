@@ -29,6 +29,11 @@ def issue_event(
     state: State, repo: Repo, issue: Issue, actor: Actor, action: str, **extra: Any
 ) -> None:
     """``issues.<action>``, or ``pull_request.<action>`` when the issue is a pull request."""
+    label = extra.get("label")
+    if action in ("labeled", "unlabeled") and isinstance(label, dict):
+        issue.timeline.append(
+            (state.new_id(), action, actor.login, str(label.get("name")), state.now())
+        )
     if issue.is_pull:
         pull = repo.pulls[issue.number]
         body = {

@@ -7,7 +7,8 @@ from starlette.routing import Route
 from fakegithub.api import Ctx, Result, endpoint, paginate
 from fakegithub.errors import ApiError
 from fakegithub.ops import issues as ops
-from fakegithub.render.core import comment, issue, label
+from fakegithub.render.core import comment, issue, label, node_id, user
+from fakegithub.state import iso
 
 ISSUE_PERMS = ("issues", "pull_requests")
 REPO = "/repos/{owner}/{repo}"
@@ -72,6 +73,34 @@ def list_comments(ctx: Ctx) -> Result:
     return 200, [comment(ctx.sandbox.state, ctx.repo, c) for c in page], headers
 
 
+@endpoint(perms=ISSUE_PERMS)
+def list_events(ctx: Ctx) -> Result:
+    """The issue's events, oldest first (only labels are kept: what the hub reads)."""
+    found = ops.get_issue(ctx.repo, ctx.number("number"))
+    state = ctx.sandbox.state
+    items = [
+        {
+            "id": ident,
+            "node_id": node_id("LE", ident),
+            "url": f"{state.base_url}/repos/{ctx.repo.full_name}/issues/events/{ident}",
+            "actor": user(state, login),
+            "event": event,
+            "commit_id": None,
+            "commit_url": None,
+            "created_at": iso(at),
+            "label": {"name": name, "color": _color(ctx, name)},
+        }
+        for ident, event, login, name, at in found.timeline
+    ]
+    page, headers = paginate(ctx, items)
+    return 200, page, headers
+
+
+def _color(ctx: Ctx, name: str) -> str:
+    found = ctx.repo.labels.get(name)
+    return found.color if found is not None else "ededed"
+
+
 @endpoint(perms=ISSUE_PERMS, level="write", user_level="read")
 def create_comment(ctx: Ctx) -> Result:
     found = ops.create_comment(
@@ -133,6 +162,7 @@ ROUTES = [
     Route(f"{REPO}/issues/{{number}}", update_issue, methods=["PATCH"]),
     Route(f"{REPO}/issues/{{number}}/assignees", add_assignees, methods=["POST"]),
     Route(f"{REPO}/issues/{{number}}/comments", list_comments, methods=["GET"]),
+    Route(f"{REPO}/issues/{{number}}/events", list_events, methods=["GET"]),
     Route(f"{REPO}/issues/{{number}}/comments", create_comment, methods=["POST"]),
     Route(f"{REPO}/issues/{{number}}/labels", list_labels, methods=["GET"]),
     Route(f"{REPO}/issues/{{number}}/labels", add_labels, methods=["POST"]),

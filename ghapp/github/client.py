@@ -483,6 +483,21 @@ class GitHubClient:
         params = {"since": since} if since else None
         return self._repo_pages(repo, f"/issues/{int(number)}/comments", params)
 
+    def labeller(self, repo: str, number: int, label: str) -> str:
+        """Who added ``label`` to issue or pull request ``number`` last (its events, read
+        to the end); "" when no such event is listed."""
+        wanted = label.casefold()
+        found = ""
+        for item in self._repo_pages(repo, f"/issues/{int(number)}/events"):
+            label_of, actor = item.get("label"), item.get("actor")
+            name = label_of.get("name") if isinstance(label_of, dict) else None
+            if item.get("event") != "labeled" or not isinstance(name, str):
+                continue
+            if name.casefold() == wanted:
+                login = actor.get("login") if isinstance(actor, dict) else None
+                found = login if isinstance(login, str) else ""
+        return found
+
     def create_comment(self, repo: str, number: int, body: str) -> JSON:
         return _as_dict(
             self._repo("POST", repo, f"/issues/{int(number)}/comments", body={"body": body})

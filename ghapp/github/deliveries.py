@@ -65,7 +65,9 @@ from ghapp.github.outcomes import effect_action, write_result
 from ghapp.github.readcache import ReadCache
 from ghapp.github.reviews import ReviewJob, Reviews, waiting_for
 from ghapp.github.snapshot import Extras, read_policy, read_snapshot
+from ghapp.github.trigger import refused_label, say_refused
 from ghapp.github.version import compare_with, probe_version
+from ghapp.github.writes import Target
 from ghapp.runtime.hub import Hub
 from ghapp.runtime.ledger import Outcome
 from kernel import inputs as k
@@ -583,13 +585,23 @@ class Deliveries:
             mode = "review"
         else:
             return set()
+        label = labels.deliver if mode == "deliver" else labels.review
+        t = Target(s.repo, s.number)
+        try:
+            login, why = refused_label(self.client, t, label, s.by)
+        except Exception as exc:  # GitHub unreachable: the sweeper reconciles the PR later
+            log.warning("delivery %s: cannot read who added the label: %s", pid, exc)
+            return set()
+        if why:
+            say_refused(self.client, self.bot_login, t, label, login=login, why=why)
+            return set()
         now = self.hub.clock()
         run = 1
         if rec is not None:
             run = int(rec.data.get("run", 0)) + 1
         head = s.head_sha or str(self.client.get_pull(s.repo, s.number)["head"]["sha"])
         delivery = start(
-            repo=s.repo, number=s.number, head_sha=head, mode=mode, now=now, run=run, by=s.by
+            repo=s.repo, number=s.number, head_sha=head, mode=mode, now=now, run=run, by=login
         )
         if rec is not None:  # the progress shown goes on from the last run's numbers
             seq = rec.data.get("progress_seq")

@@ -56,6 +56,7 @@ from ghapp.github.level_carry import (
 )
 from ghapp.github.level_scope import concerned, has_label, labelled_pulls, named_pull, names_none
 from ghapp.github.snapshot import read_policy
+from ghapp.github.trigger import refused_label, say_refused
 from ghapp.github.writes import Target, find_marked, marker
 from ghapp.runtime.hub import Hub
 from kernel.durations import iso
@@ -220,10 +221,11 @@ class LevelDeliveries:
         if work is None or work.delivery.terminal:
             labeled = event is not None and event.type == "pull_request.labeled"
             by = _text(event.details, "sender") if event is not None and labeled else ""
+            by_label = _text(event.details, "label").casefold() if event is not None else ""
             # The seq shown goes on, whatever was there before (an unreadable state, or
             # progress shown by a server): a lower one would never be shown.
             shown = shown_seq(find_marked(comments, marker("deliver", str(t)), self.bot_login))
-            started = self._start(t, pull, scope, work, by=by, shown=shown)
+            started = self._start(t, pull, scope, work, by=by, by_label=by_label, shown=shown)
             if started is None:
                 if work is None or about is not None:
                     return None
@@ -275,10 +277,19 @@ class LevelDeliveries:
         )
 
     def _start(
-        self, t: Target, pull: JSON, scope: _Scope, ended: Work | None, *, by: str, shown: int
+        self,
+        t: Target,
+        pull: JSON,
+        scope: _Scope,
+        ended: Work | None,
+        *,
+        by: str,
+        by_label: str = "",
+        shown: int,
     ) -> Work | None:
-        """A new delivery for a labelled open pull request, or None. ``shown``: the
-        progress seq the pull request shows now (the new delivery's seq goes on from it)."""
+        """A new delivery for a labelled open pull request, or None. ``by``: who added
+        ``by_label`` (a labelled event's sender); ``shown``: the progress seq the pull
+        request shows now (the new delivery's seq goes on from it)."""
         labels, relabeled = scope.labels, scope.relabeled
         if pull.get("state") != "open":
             return None
@@ -304,6 +315,15 @@ class LevelDeliveries:
                 return None
             run, seq = ended.delivery.run + 1, ended.seq
         seq = max(seq, shown)
+        label = labels.deliver if mode == "deliver" else labels.review
+        # the event's sender added this label only if the event is about this label
+        login, why = refused_label(
+            self.client, t, label, by if by_label == label.casefold() else ""
+        )
+        if why:
+            say_refused(self.client, self.bot_login, t, label, login=login, why=why)
+            return None
+        by = login
         head = _head(pull)
         delivery = start(
             repo=t.repo,

@@ -14,9 +14,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from fakegithub.server import SandboxHandle, running_sandbox
 from ghapp.github import retry
 from ghapp.github.deliveries import Deliveries
+from ghapp.github.sweeper import Sweeper
 from tests.e2e.test_github_app_sandbox import rules, settings_env, wait_for
 from tests.servers import Live, live_server
 
@@ -130,6 +133,70 @@ def test_a_labelled_pr_is_merged_deployed_and_live(tmp_path: Path) -> None:
         assert_delivered(live, gh, number, head)
         assert gh.sandbox.state.repos[gh.repo].pulls[number].merged
     assert time.monotonic() - started < 30
+
+
+def refusals(gh: SandboxHandle, number: int) -> list[str]:
+    bot = f"{gh.sandbox.app.slug}[bot]"
+    comments = gh.sandbox.state.repos[gh.repo].comments.values()
+    return [
+        c.body
+        for c in comments
+        if c.user == bot and c.number == number and "autoloop:refused=" in c.body
+    ]
+
+
+@pytest.mark.parametrize(("who", "role"), [("reader", "read"), ("triager", "triage")])
+def test_a_label_from_someone_who_cannot_merge_starts_nothing(
+    tmp_path: Path, who: str, role: str
+) -> None:
+    """GitHub lets the triage role (and labelling automations) add labels; a ``deliver``
+    label from one of them carried the pull request to a merge."""
+    with sandbox() as gh, serving(gh, tmp_path / "home") as live:
+        prepare(gh)
+        gh.world.set_collaborator("triager", "triage")
+        number, head = open_pr(gh)
+        gh.world.add_label(who, number, "deliver")
+        wait_for("the refusal", lambda: len(refusals(gh, number)) == 1)
+        (said,) = refusals(gh, number)
+        assert (
+            f"@{who}: the `deliver` label did not start a delivery: only people with write "
+            f"access to {gh.repo} can start a delivery (@{who}: read)."
+        ) in said
+        assert record(live, gh, number) is None
+        assert own(gh, "PUT", "/merge") == 0 and not own_runs(gh, head)
+        # The sweep finds the labelled pull request again: GitHub says who labelled it.
+        sweeper = next(x for x in live.running.extras if isinstance(x, Sweeper))
+        sweeper.sweep()
+        live.settle()
+        assert record(live, gh, number) is None and len(refusals(gh, number)) == 1
+
+        # Added again by a maintainer: it counts.
+        gh.world.remove_label("maintainer", number, "deliver")
+        gh.world.add_label("maintainer", number, "deliver")
+        wait_for("delivered", lambda: stage_is(live, gh, number, "delivered"), MERGE_TIMEOUT)
+        assert own(gh, "PUT", "/merge") == 1
+        first = record(live, gh, number).data["history"][0]
+        assert first["note"] == "label deliver added by maintainer"
+
+
+def test_a_label_found_by_the_sweep_counts_by_who_added_it(tmp_path: Path) -> None:
+    """A labelled event lost: the pull request is found labelled later, and who added the
+    label is read from its history (not taken on trust)."""
+    with sandbox() as gh, serving(gh, tmp_path / "home") as live:
+        prepare(gh)
+        sweeper = next(x for x in live.running.extras if isinstance(x, Sweeper))
+        gh.world.set_app_url(None)  # webhooks lost
+        number, _ = open_pr(gh)
+        gh.world.add_label("reader", number, "deliver")
+        other = gh.world.open_pr("contributor", "other", "Other", {"o.py": "o = 1\n"})
+        gh.world.add_label("maintainer", other, "deliver")
+        gh.world.set_app_url(live.url + "/github/webhook")
+        sweeper.sweep()
+        wait_for("delivered", lambda: stage_is(live, gh, other, "delivered"), MERGE_TIMEOUT)
+        wait_for("the refusal", lambda: len(refusals(gh, number)) == 1)
+        assert "@reader: the `deliver` label did not start a delivery" in refusals(gh, number)[0]
+        assert record(live, gh, number) is None
+        assert own(gh, "PUT", "/merge") == 1
 
 
 def test_a_push_that_fixes_the_policy_moves_the_delivery_on(tmp_path: Path) -> None:

@@ -339,6 +339,31 @@ def test_a_delivery_that_ended_starts_again_only_on_a_new_label(runner: Runner) 
 # --------------------------------------------------------------------------- cards
 
 
+def test_a_label_from_someone_who_cannot_merge_starts_nothing(runner: Runner) -> None:
+    """The triage role may label; a ``deliver`` label from it carried the pull request to
+    a merge. Who added it is the labelled event's sender, or for a run on another event,
+    the pull request's own history."""
+    r = runner
+    number, head = prepare(r)
+    r.gh.world.set_collaborator("triager", "triage")
+    r.gh.world.add_label("triager", number, "deliver")
+    home = {"AUTOLOOP_MODE": "deliver", "AUTOLOOP_HOME": str(r.home)}
+    payload = r.pull_labeled(number, "deliver", "triager")
+    labelled = ok(r.run("pull_request", payload, run_id=8601, **home))
+    assert labelled.outputs["stage"] == ""
+    refused = [c["body"] for c in r.comments(number) if "autoloop:refused=" in c["body"]]
+    assert len(refused) == 1
+    assert (
+        f"@triager: the `deliver` label did not start a delivery: only people with write "
+        f"access to {r.gh.repo} can start a delivery (@triager: read)."
+    ) in refused[0]
+    ci_passes(r, head)
+    checked = ok(r.run("check_suite", r.check_suite_completed(number), run_id=8602, **home))
+    assert checked.outputs["stage"] == ""  # read from the history: still the triager's
+    assert merges(r) == 0 and not own_runs(r, head) and not sticky(r, number)
+    assert len([c for c in r.comments(number) if "autoloop:refused=" in c["body"]]) == 1
+
+
 def test_a_failed_deployment_is_a_card_answered_on_the_pull_request(runner: Runner) -> None:
     r = runner
     number, head = prepare(r, matches=1)

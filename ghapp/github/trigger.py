@@ -1,0 +1,56 @@
+"""Who may start a delivery: a person with write access to the repository.
+
+A delivery label (``deliver``, ``deliver-review``) sets an agent to work and, for
+``deliver``, ends in a merge. GitHub lets more people label than merge (the triage role,
+labelling automations, an App asked by an agent to add the label), so a label counts only
+when whoever added it could have merged: ``admin``, ``maintain`` or ``write``, asked of
+GitHub at that moment, as for a ``/answer``. Who added it is the labelled event's sender;
+for a pull request found labelled later (a webhook lost, a run on another event), the
+last ``labeled`` event of the pull request's own history. A label that does not count gets
+one reply on the pull request saying why, and starts nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ghapp.github.client import GitHubClient
+from ghapp.github.errors import GitHubError
+from ghapp.github.writes import Target, find_marked, marker
+
+__all__ = ["WRITERS", "refused_label", "say_refused"]
+
+log = logging.getLogger("autoloop.deliveries")
+
+WRITERS = frozenset({"admin", "write"})  # the client reports "maintain" as "write"
+
+
+def refused_label(client: GitHubClient, t: Target, label: str, sender: str) -> tuple[str, str]:
+    """(who added ``label`` to ``t``, why that may not start a delivery: "" when it may).
+    ``sender``: who added it, when the event says; otherwise it is read from GitHub."""
+    login = sender or client.labeller(t.repo, t.number, label)
+    if not login:
+        return "", f"who added the `{label}` label cannot be read from GitHub"
+    permission = client.get_collaborator_permission(t.repo, login)
+    if permission in WRITERS:
+        return login, ""
+    return login, (
+        f"only people with write access to {t.repo} can start a delivery (@{login}: {permission})"
+    )
+
+
+def say_refused(
+    client: GitHubClient, bot_login: str, t: Target, label: str, *, login: str, why: str
+) -> None:
+    """Log the refusal and say it on the pull request, once per label and person."""
+    log.warning("delivery %s: the %r label was not taken: %s", t, label, why)
+    mark = marker("refused", f"{label.casefold()}.{login.lower() or '-'}")
+    text = (
+        f"{mark}\n{f'@{login}: ' if login else ''}the `{label}` label did not start a "
+        f"delivery: {why}. A person with write access can add it again."
+    )
+    try:
+        if find_marked(client.list_issue_comments(t.repo, t.number), mark, bot_login) is None:
+            client.create_comment(t.repo, t.number, text)
+    except GitHubError as exc:  # the refusal stands; only its reply is missing
+        log.warning("delivery %s: the refusal could not be said on GitHub: %s", t, exc)
