@@ -124,11 +124,21 @@ def _fail(where: str, problem: str) -> NoReturn:
     raise _Invalid(where, problem)
 
 
+_PLAIN = re.compile(r"[A-Za-z0-9_.-]{1,40}")
+
+
+def _quoted(value: str) -> str:
+    """``value`` quoted when it is a plain word, else only its length. A receipt's error
+    goes back into the agent's prompt (a repair turn) and onto the owner's card: a key or
+    name the agent copied from an issue must not carry the issue's words there."""
+    return repr(value) if _PLAIN.fullmatch(value) else f"a text of {len(value)} characters"
+
+
 def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:
         if key in out:
-            _fail("", f"the key {key!r} appears twice in one object")
+            _fail("", f"the key {_quoted(key)} appears twice in one object")
         out[key] = value
     return out
 
@@ -159,7 +169,7 @@ def _object(value: object, where: str, known: tuple[str, ...] | None) -> Mapping
     if known is not None:
         for key in value:
             if key not in known:
-                _fail(where, f"unknown key {key!r} (allowed: {', '.join(known)})")
+                _fail(where, f"unknown key {_quoted(key)} (allowed: {', '.join(known)})")
     return value
 
 
@@ -201,7 +211,7 @@ def _card_key(key: str | None, where: str) -> str | None:
     if key is not None and not CARD_KEY.fullmatch(key):
         _fail(
             f"{where}.key",
-            f"{key!r} is not a key: use letters, digits, _ . and -, start with a letter "
+            f"{_quoted(key)} is not a key: use letters, digits, _ . and -, start with a letter "
             "or _, at most 64 characters",
         )
     return key
@@ -230,7 +240,7 @@ def _ask(value: object, where: str) -> AskSpec:
         if len(option) > MAX_TITLE:
             _fail(f"{at}[{index}]", f"is {len(option)} characters; at most {MAX_TITLE}")
         if option in seen:
-            _fail(f"{at}[{index}]", f"{option!r} is given twice")
+            _fail(f"{at}[{index}]", "is given twice")
         seen.add(option)
     return AskSpec(key=key, title=title, text=text, options=tuple(options))
 
@@ -279,7 +289,7 @@ def _event(value: object, where: str, rule: Rule) -> EmitSpec:
     obj = _object(value, where, _EVENT_KEYS)
     kind = _required(obj, "type", where, max_len=MAX_EVENT_TYPE)
     if not EVENT_TYPE.fullmatch(kind):
-        _fail(f"{where}.type", f"{kind!r} is not an event type like triage.done")
+        _fail(f"{where}.type", f"{_quoted(kind)} is not an event type like triage.done")
     if kind not in rule.emits:
         allowed = ", ".join(rule.emits) if rule.emits else "none: the rule has no emits"
         _fail(
@@ -302,7 +312,9 @@ def _action(value: object, where: str) -> ActionSpec:
     obj = _object(value, where, None)
     name = _required(obj, "do", where)
     if not ACTION_NAME.fullmatch(name):
-        _fail(f"{where}.do", f"{name!r} is not an action name of the form <namespace>.<verb>")
+        _fail(
+            f"{where}.do", f"{_quoted(name)} is not an action name of the form <namespace>.<verb>"
+        )
     params = {key: item for key, item in obj.items() if key != "do"}
     return ActionSpec(do=name, params=params)
 
@@ -312,7 +324,8 @@ def _receipt(data: object, rule: Rule) -> Receipt:
         _fail("", f"the autoloop block must hold one JSON object, got {_kind(data)}")
     for key in data:
         if key not in _KEYS:
-            _fail(key, f"unknown key {key!r} (allowed: {', '.join(_KEYS)})")
+            where = key if _PLAIN.fullmatch(key) else ""
+            _fail(where, f"unknown key {_quoted(key)} (allowed: {', '.join(_KEYS)})")
     ask = tuple(_ask(item, f"ask[{i}]") for i, item in enumerate(_list(data, "ask")))
     notice = tuple(_notice(item, f"notice[{i}]") for i, item in enumerate(_list(data, "notice")))
     owners: dict[str, str] = {}
