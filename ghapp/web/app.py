@@ -65,6 +65,7 @@ log = logging.getLogger("autoloop.web")
 MAX_BODY = 25 * 1024 * 1024  # GitHub caps webhook payloads at 25 MB
 UNRECORDED = "the ledger could not record this (nothing was stored): send it again later"
 FORM = "application/x-www-form-urlencoded"
+MAX_FORM = 4096  # a card page's answer: choice=N
 MAX_DELIVERY_ID = 200  # GitHub's delivery ids are GUIDs (36 characters)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 MAX_SOURCE_BODY = MAX_DETAILS_BYTES  # an event for a generic source: details and a few fields
@@ -127,26 +128,69 @@ def _error(status: int, message: str) -> JSONResponse:
 
 
 _TOO_LARGE = "payload over 25 MB: GitHub never sends one this large"
+BODY_S = 10.0  # a body has this long to arrive...
+BODY_RATE = 64 * 1024  # ... and one more second per this many bytes it says it has
+BODY_BUDGET = 128 * 1024 * 1024  # bytes of bodies being read at once, all requests together
+_SIGNED = re.compile(r"\s*sha256=[0-9a-f]{64}\s*", re.IGNORECASE)  # X-Hub-Signature-256
+_SOURCE_SIGNED = re.compile(r"(?:sha256=)?[0-9a-f]{64}")  # a generic source's header
+
+
+class BodyBudget:
+    """How many bytes of request bodies are held at once, by every request together: the
+    bodies are read before they can be verified, so without a bound a few dozen senders
+    of unfinished 25 MB bodies took a gigabyte."""
+
+    def __init__(self, limit: int | None = None) -> None:
+        self.limit = BODY_BUDGET if limit is None else limit
+        self.held = 0
+
+    def take(self, n: int) -> bool:
+        if self.held + n > self.limit:
+            return False
+        self.held += n
+        return True
+
+    def give(self, n: int) -> None:
+        self.held -= n
 
 
 async def _read_body(
-    request: Request, limit: int = MAX_BODY, too_large: str = _TOO_LARGE
+    request: Request,
+    limit: int = MAX_BODY,
+    too_large: str = _TOO_LARGE,
+    *,
+    budget: BodyBudget | None = None,
 ) -> bytes | Response:
+    """The request's body, at most ``limit`` bytes, within :data:`BODY_S` plus a second
+    per :data:`BODY_RATE` bytes (a sender that stops half-way held its connection, and
+    its part of ``budget``, for ever); else the answer to send instead."""
     length = request.headers.get("content-length")
+    declared = limit
     if length is not None:
         try:
-            if int(length) > limit:
-                return _error(413, too_large)
+            declared = int(length)
         except ValueError:
             return _error(400, "bad Content-Length header")
+        if declared > limit:
+            return _error(413, too_large)
+        declared = max(declared, 0)
     chunks: list[bytes] = []
-    size = 0
+    size = taken = 0
     try:
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                return _error(413, too_large)
-            chunks.append(chunk)
+        async with asyncio.timeout(BODY_S + declared / BODY_RATE):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    return _error(413, too_large)
+                if budget is not None:
+                    if not budget.take(len(chunk)):
+                        log.warning(
+                            "%s %s: refused with 503, %d bytes of bodies already being read",
+                            request.method, request.url.path, budget.held,
+                        )  # fmt: skip
+                        return _busy()
+                    taken += len(chunk)
+                chunks.append(chunk)
     except ClientDisconnect:
         log.warning(
             "%s %s: the client went away after %d byte(s) of its body; nothing was stored",
@@ -155,7 +199,29 @@ async def _read_body(
             size,
         )
         return _error(400, "the connection closed before the body was complete")
+    except TimeoutError:
+        log.warning(
+            "%s %s: the body did not arrive in time (%d of %s byte(s)); nothing was stored",
+            request.method, request.url.path, size, length or "?",
+        )  # fmt: skip
+        return _closing(_error(408, "the body did not arrive in time; nothing was stored"))
+    finally:
+        if budget is not None:
+            budget.give(taken)
     return b"".join(chunks)
+
+
+def _busy() -> Response:
+    response = _error(503, "too many large requests at once; send it again shortly")
+    response.headers["retry-after"] = "5"
+    return _closing(response)
+
+
+def _closing(response: Response) -> Response:
+    """``response``, closing its connection: the rest of the body it did not read must not
+    be taken for the next request."""
+    response.headers["connection"] = "close"
+    return response
 
 
 def _unrecorded(what: str, exc: Exception) -> Response:
@@ -200,6 +266,8 @@ class _App(Starlette):
 
 
 def create_app(server: Server) -> Starlette:
+    budget = BodyBudget()
+
     async def github_webhook(request: Request) -> Response:
         """One log line per received webhook (:mod:`ghapp.web.access`), then its answer."""
         started = time.perf_counter()
@@ -239,7 +307,12 @@ def create_app(server: Server) -> Starlette:
         m = server.metrics
         if server.webhook_secret is None:
             return _error(503, "webhook secret not configured: set AUTOLOOP_GITHUB_WEBHOOK_SECRET")
-        body = await _read_body(request)
+        if not _SIGNED.fullmatch(request.headers.get("x-hub-signature-256", "")):
+            m.inc("webhook_bad_signature_total")  # (its body is not read: no one signed it)
+            return _closing(
+                _error(401, "bad or missing X-Hub-Signature-256 (check the webhook secret)")
+            )
+        body = await _read_body(request, budget=budget)
         if isinstance(body, Response):
             m.inc("webhook_refused_total")
             return body
@@ -253,7 +326,7 @@ def create_app(server: Server) -> Starlette:
             signature = signature_of(secret, body, header)
         if signature is None:
             m.inc("webhook_bad_signature_total")
-            return _error(401, "bad or missing X-Hub-Signature-256: check the webhook secret")
+            return _error(401, "bad or missing X-Hub-Signature-256 (check the webhook secret)")
         name = request.headers.get("x-github-event", "")
         delivery = request.headers.get("x-github-delivery", "")
         if not name or not delivery:
@@ -358,7 +431,11 @@ def create_app(server: Server) -> Starlette:
                 )
             return _error(404, f"no source {source!r} in rules.json (adapter 'hmac')")
         header, secret = spec
-        body = await _read_body(request, MAX_SOURCE_BODY, _SOURCE_TOO_LARGE)
+        if not _SOURCE_SIGNED.fullmatch(request.headers.get(header, "")):
+            return _closing(
+                _error(401, f"bad or missing {header} (sign the raw body with HMAC-SHA256)")
+            )
+        body = await _read_body(request, MAX_SOURCE_BODY, _SOURCE_TOO_LARGE, budget=budget)
         if isinstance(body, Response):
             return body
         # Compared as bytes: compare_digest refuses str with non-ASCII characters, and a
@@ -366,7 +443,7 @@ def create_app(server: Server) -> Starlette:
         given = request.headers.get(header, "").encode("latin-1")
         want = hmac.new(secret, body, hashlib.sha256).hexdigest().encode("ascii")
         if not (hmac.compare_digest(given, want) or hmac.compare_digest(given, b"sha256=" + want)):
-            return _error(401, f"bad or missing {header}: sign the raw body with HMAC-SHA256")
+            return _error(401, f"bad or missing {header} (sign the raw body with HMAC-SHA256)")
         try:
             data = orjson.loads(body)
         except ValueError:
@@ -419,7 +496,7 @@ def create_app(server: Server) -> Starlette:
         if not isinstance(card, Card):
             return page("<p>Unknown card.</p>", 404)
         if request.method == "POST":
-            body = await _read_body(request)
+            body = await _read_body(request, MAX_FORM, "an answer is a few bytes: choice=N")
             if isinstance(body, Response):
                 return body
             choice = form_choice(body)

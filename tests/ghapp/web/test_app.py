@@ -92,6 +92,7 @@ def test_malformed_json_and_oversized_bodies_are_refused(tmp_path: Path) -> None
         with socket.create_connection((host, int(port)), timeout=10) as conn:
             conn.sendall(
                 b"POST /github/webhook HTTP/1.1\r\nHost: x\r\nX-GitHub-Event: issues\r\n"
+                + f"X-Hub-Signature-256: sha256={'0' * 64}\r\n".encode()
                 + f"Content-Length: {26 * 1024 * 1024}\r\n\r\n".encode()
             )
             status_line = conn.recv(200).split(b"\r\n", 1)[0]

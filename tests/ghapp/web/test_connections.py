@@ -25,9 +25,11 @@ import pytest
 
 from ghapp.commands.home import init_home
 from ghapp.github.sansio import sign
+from ghapp.web import app as web_app
 from ghapp.web.connections import backlog_for, max_connections_for
 from tests import paths
 from tests.ghapp.web.test_app import ENV, FIXTURES, RULES, SECRET, post
+from tests.ghapp.web.test_full_disk import logs as caught_logs
 from tests.servers import free_port, live_server
 
 BODY = (FIXTURES / "issues" / "opened.json").read_bytes()
@@ -130,6 +132,79 @@ def test_a_body_that_trickles_in_does_not_hold_back_the_deciding_of_others(
         assert took < 2.0, f"decided {took:.1f} s after its ack"
 
 
+# ------------------------------------------------------------------------ bodies
+
+
+def test_an_unsigned_body_is_refused_before_it_is_read(
+    tmp_path: Path, stack: tuple[str, str]
+) -> None:
+    """A body is read before it can be verified: unsigned 24 MB bodies that never ended
+    took a gigabyte of memory from 40 connections."""
+    http = {"http": stack[0], "loop": stack[1]}
+    with live_server(tmp_path / "h", RULES, env=ENV, start_worker=False, http=http) as live:
+        host, port = address(live.url)
+        for signature in ("", "X-Hub-Signature-256: sha256=nothex\r\n"):
+            with socket.create_connection((host, port)) as sock:
+                sock.sendall(
+                    b"POST /github/webhook HTTP/1.1\r\nHost: x\r\nX-GitHub-Event: issues\r\n"
+                    + signature.encode()
+                    + f"Content-Length: {24 * 1024 * 1024}\r\n\r\n".encode()
+                    + b"{" * 1000
+                )
+                started = time.monotonic()
+                answer = read_response(sock)
+            assert answer.startswith(b"HTTP/1.1 401 "), answer
+            assert b"X-Hub-Signature-256" in answer
+            assert time.monotonic() - started < 2
+
+
+def test_a_body_that_stops_half_way_is_answered_408_and_its_connection_freed(
+    tmp_path: Path, stack: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(web_app, "BODY_S", 0.5)
+    http = {"http": stack[0], "loop": stack[1]}
+    with (
+        live_server(tmp_path / "h", RULES, env=ENV, start_worker=False, http=http) as live,
+        caught_logs() as seen,
+    ):
+        host, port = address(live.url)
+        with socket.create_connection((host, port)) as sock:
+            sock.sendall(webhook_head(host) + BODY[:100])
+            started = time.monotonic()
+            answer = read_response(sock)
+            took = time.monotonic() - started
+            assert closed_by_server(sock, 5)
+        assert answer.startswith(b"HTTP/1.1 408 "), answer
+        assert b"did not arrive in time" in answer
+        assert 0.4 < took < 0.5 + len(BODY) / web_app.BODY_RATE + 1.5
+        said = [
+            r.getMessage() for r in seen.records if "did not arrive in time (" in r.getMessage()
+        ]
+        assert said == [
+            f"POST /github/webhook: the body did not arrive in time (100 of {len(BODY)} "
+            "byte(s)); nothing was stored"
+        ]
+        assert post(live.url, "issues", BODY).status_code == 200  # and it serves on
+
+
+def test_bodies_being_read_share_a_bound_and_give_it_back(
+    tmp_path: Path, stack: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(web_app, "BODY_BUDGET", len(BODY) + 1000)
+    http = {"http": stack[0], "loop": stack[1]}
+    with live_server(tmp_path / "h", RULES, env=ENV, start_worker=False, http=http) as live:
+        host, port = address(live.url)
+        with socket.create_connection((host, port)) as holder:
+            holder.sendall(webhook_head(host) + BODY[:-10])  # most of the bound, held
+            time.sleep(0.3)
+            busy = post(live.url, "issues", BODY)
+            assert busy.status_code == 503 and busy.headers["retry-after"] == "5"
+            assert "too many large requests at once" in busy.json()["error"]
+            holder.sendall(BODY[-10:])
+            assert read_response(holder).startswith(b"HTTP/1.1 200 ")
+        assert post(live.url, "issues", BODY).status_code == 200  # the bound was given back
+
+
 def test_after_a_response_the_next_headers_have_the_whole_deadline_again(
     tmp_path: Path, stack: tuple[str, str]
 ) -> None:
@@ -180,7 +255,7 @@ def read_response(sock: socket.socket) -> bytes:
         chunk = sock.recv(4096)
         assert chunk, "closed in the middle of the answer"
         body += chunk
-    return data
+    return head + b"\r\n\r\n" + body
 
 
 # ------------------------------------------------------------------------ shedding

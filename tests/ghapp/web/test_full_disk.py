@@ -177,6 +177,7 @@ def test_a_client_that_drops_mid_body_is_one_line_and_nothing_stored(tmp_path: P
                 "Content-Type: application/json\r\n"
                 "X-GitHub-Event: issues\r\n"
                 f"X-GitHub-Delivery: {uuid.uuid4()}\r\n"
+                f"X-Hub-Signature-256: sha256={'0' * 64}\r\n"
                 f"Content-Length: {len(BODY)}\r\n\r\n"
             )
             sock.sendall(head.encode() + BODY[:100])
