@@ -26,7 +26,7 @@ __all__ = ["WebhookLog"]
 log = logging.getLogger("autoloop.webhook")
 
 BAD_SIGNATURE = (
-    "its X-Hub-Signature-256 does not match AUTOLOOP_GITHUB_WEBHOOK_SECRET: set it to the "
+    "its X-Hub-Signature-256 does not match AUTOLOOP_GITHUB_WEBHOOK_SECRET; it must be the "
     "webhook secret of the App's settings page (the delivery was refused, nothing stored)"
 )
 

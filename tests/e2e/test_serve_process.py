@@ -380,7 +380,11 @@ def test_a_wrong_webhook_secret_is_401_and_one_warning_a_minute_saying_so(
     warnings = server.lines("WARNING")
     assert len(warnings) == 1, server.text()
     assert "delivery d-bad-0: 401" in warnings[0]
-    assert "does not match AUTOLOOP_GITHUB_WEBHOOK_SECRET" in warnings[0]
+    assert (
+        "does not match AUTOLOOP_GITHUB_WEBHOOK_SECRET; it must be the webhook secret"
+        in (warnings[0])
+    )
+    assert "REDACTED" not in server.text()  # the logs' masking took "SECRET: set" for a key
     for i in (1, 2):  # the others of that minute: one plain line each
         (line,) = server.lines(f"d-bad-{i}")
         assert " INFO " in line and ": 401 in " in line
