@@ -217,10 +217,16 @@ def secret_values(home: Path, rules: Rules, env: Mapping[str, str]) -> list[str]
     """Values this process must never store or print: marked env vars, hub secrets."""
     from ghapp.store.urls import passwords_in  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
 
-    values = [env[name] for name in rules.secret_env if env.get(name)]
-    for name in ("AUTOLOOP_GITHUB_WEBHOOK_SECRET", "GITHUB_TOKEN"):
-        if env.get(name):
-            values.append(env[name])
+    from ghapp.runtime.settings import source_secret_var  # noqa: PLC0415  # (as above)
+
+    names = list(rules.secret_env)
+    names += ["AUTOLOOP_GITHUB_WEBHOOK_SECRET", "GITHUB_TOKEN"]
+    for name, spec in rules.sources.items():  # each signed source's own secret
+        if spec.adapter == "hmac":
+            var = spec.options.get("secret_env")
+            names += [str(var)] if var else [source_secret_var(name)]
+            names.append(f"AUTOLOOP_SOURCE_{name.upper()}_SECRET")  # (the earlier default)
+    values = [env[name] for name in names if env.get(name)]
     values += passwords_in(env.get("AUTOLOOP_DB", ""))
     try:
         key = (home / "master.key").read_bytes().strip()

@@ -9,7 +9,7 @@ import pytest
 
 from ghapp.commands.home import make_redact
 from ghapp.store.urls import hide_passwords, passwords_in, shown
-from kernel.model import Rules
+from kernel.model import Rules, SourceSpec
 
 
 @pytest.mark.parametrize(
@@ -59,3 +59,25 @@ def test_the_process_redactor_masks_the_ledger_password(tmp_path: Path) -> None:
         masked = redact(text)
         assert masked.startswith("with ") and masked.endswith(" now"), masked
         assert "horse" not in masked, masked
+
+
+def test_the_process_redactor_masks_each_signed_sources_secret(tmp_path: Path) -> None:
+    """A signed source's secret, sent back inside an event, was stored in clear (the
+    webhook secret was masked)."""
+    rules = Rules(
+        version="v",
+        sources={
+            "shop": SourceSpec(name="shop", adapter="hmac"),
+            "my-feed": SourceSpec(
+                name="my-feed", adapter="hmac", options={"secret_env": "FEED_KEY"}
+            ),
+        },
+    )
+    env = {
+        "AUTOLOOP_SOURCE_SHOP_SECRET": "0f3b5c9e2a7d4f61b8c0e3a9d2f7b41c",
+        "FEED_KEY": "9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d",
+    }
+    redact = make_redact(tmp_path, rules, env)
+    for value in env.values():
+        masked = redact(f"key {value} here")
+        assert value not in masked and masked.startswith("key [REDACTED"), masked
