@@ -9,6 +9,7 @@ DELETE on them and on their extra keys (``fact_keys``).
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,6 +18,8 @@ from typing import Any
 from ghapp.store.base import SCHEMA_VERSION, SqlTx, StoreError, migrate
 from ghapp.store.urls import hide_passwords
 from kernel.text import one_line  # libpq's message spans lines: the hint on the next
+
+log = logging.getLogger("autoloop.store")
 
 LOCK_ID = 0x6175746F6C6F6F70 & 0x7FFFFFFFFFFFFFFF  # "autoloop"
 
@@ -92,23 +95,45 @@ class PostgresStore:
                 "check AUTOLOOP_DB and that the server is running"
             ) from exc
         self._lock = threading.RLock()
+        self._connect_timeout_s = connect_timeout_s
+        self._closed = False
+
+    def _connection(self) -> Any:
+        """The connection, made again when the last one was lost (the server restarted,
+        a network cut): before, one outage of a few seconds left ``serve`` and ``work``
+        failing every write until they were restarted. While the server is away, this
+        raises the driver's error, as the lost connection did."""
+        conn = self._conn
+        if not (conn.closed or conn.broken) or self._closed:
+            return conn
+        with contextlib.suppress(Exception):
+            conn.close()
+        self._conn = self._psycopg.connect(
+            self.url, autocommit=True, connect_timeout=self._connect_timeout_s
+        )
+        log.warning("the PostgreSQL ledger is reachable again: connected anew")
+        return self._conn
 
     @contextlib.contextmanager
     def write(self, *, durable: bool = True) -> Iterator[SqlTx]:
         # every commit here is durable (``durable`` is for SQLite's webhook inbox)
-        with self._lock, self._conn.transaction():
-            cur = self._conn.cursor()
-            cur.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_ID,))
-            yield SqlTx(cur, "%s")
+        with self._lock:
+            conn = self._connection()
+            with conn.transaction():
+                cur = conn.cursor()
+                cur.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_ID,))
+                yield SqlTx(cur, "%s")
 
     @contextlib.contextmanager
     def read(self) -> Iterator[SqlTx]:
-        with self._lock, self._conn.transaction():
-            cur = self._conn.cursor()
-            yield SqlTx(cur, "%s")
+        with self._lock:
+            conn = self._connection()
+            with conn.transaction():
+                yield SqlTx(conn.cursor(), "%s")
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             self._conn.close()
 
 

@@ -19,6 +19,7 @@ from kernel.facts import EventRecorded
 from kernel.model import Event
 from kernel.records import EventRow, Matter
 from tests.kernel.helpers import T0, ev, receipt, rule, rules_of
+from tests.stores import pg_schema
 
 RULES = rules_of(rule(emits=("ping",)))
 
@@ -378,3 +379,26 @@ def test_pipelines_are_found_active_due_and_ended(store: Store) -> None:
         p = tx.get("pipeline", "deliver/a/b#1")
         assert p is not None and p.wake_at == iso(T0)  # type: ignore[union-attr]
     assert led.check() == []
+
+
+@pytest.mark.pg
+def test_a_lost_postgresql_connection_is_made_again() -> None:
+    """The server closed the connection (a restart, a network cut): before, every later
+    write failed until the process was restarted."""
+    import psycopg  # only this test needs the driver itself
+
+    with pg_schema() as url:
+        s = open_store(url)
+        try:
+            led = ledger(s)
+            assert led.decide(k.Ingest(event=ev("1"))).reply.code == "recorded"
+            pid = s._conn.info.backend_pid  # type: ignore[attr-defined]  # PostgreSQL's own
+            with psycopg.connect(url, autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            with pytest.raises(Exception, match=r"terminat|connection"):
+                led.decide(k.Ingest(event=ev("2")))  # the loss is seen here...
+            assert led.decide(k.Ingest(event=ev("2"))).reply.code == "recorded"  # ...not after
+            with s.read() as tx:
+                assert tx.fact_count() == 2
+        finally:
+            s.close()
