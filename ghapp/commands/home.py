@@ -215,9 +215,8 @@ class Home:
 
 def secret_values(home: Path, rules: Rules, env: Mapping[str, str]) -> list[str]:
     """Values this process must never store or print: marked env vars, hub secrets."""
+    from ghapp.runtime.settings import source_secret_var  # noqa: PLC0415  # (as below)
     from ghapp.store.urls import passwords_in  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
-
-    from ghapp.runtime.settings import source_secret_var  # noqa: PLC0415  # (as above)
 
     names = list(rules.secret_env)
     names += ["AUTOLOOP_GITHUB_WEBHOOK_SECRET", "GITHUB_TOKEN"]

@@ -44,6 +44,9 @@ MIN_SLEEP_S = 0.01  # a wake_at a hair away (or a pinned clock) must not spin th
 # few hundred matters waiting, passes at the pace of the stream cost more processor than
 # recording it). A turn starts at most this much later.
 MIN_PASS_S = 0.05
+FAIL_WAIT_S = 0.1  # after a failed pass, the next waits this long, doubled each time...
+FAIL_WAIT_MAX_S = 5.0  # ... up to this
+FAIL_SAY_S = 60.0  # while passes keep failing, one line this often
 
 
 class WorkerLoop:
@@ -110,18 +113,34 @@ class WorkerLoop:
         self.hub.sweep_cards()
         self.hub.sweep_actions()
         woken = True
+        failing = 0  # passes failed in a row (the ledger unreachable, a full disk)
+        said_at = 0.0
         while not self._stop.is_set():
             began = self.monotonic()
             try:
                 self.look(woken=woken)
             except Exception as exc:  # keep serving; the failure is logged (redacted)
-                # One line (a full disk would repeat it); the traceback only when debugging.
-                log.error(
-                    "worker loop step failed: %s: %s",
-                    type(exc).__name__,
-                    exc,
-                    exc_info=log.isEnabledFor(logging.DEBUG),
-                )
+                failing += 1
+                # One line, then one a minute while it lasts (a database that is down
+                # failed every pass: a hundred lines a second); the traceback only when
+                # debugging. Passes wait longer and longer, up to FAIL_WAIT_MAX_S.
+                if failing == 1 or began - said_at >= FAIL_SAY_S:
+                    said_at = began
+                    again = f" ({failing} passes in a row)" if failing > 1 else ""
+                    log.error(
+                        "worker loop step failed%s: %s: %s",
+                        again,
+                        type(exc).__name__,
+                        exc,
+                        exc_info=log.isEnabledFor(logging.DEBUG),
+                    )
+                self._stop.wait(min(FAIL_WAIT_S * 2 ** (failing - 1), FAIL_WAIT_MAX_S))
+                woken = True  # what came meanwhile is looked at in the next pass
+                self._wake.clear()
+                continue
+            if failing:
+                log.warning("worker loop works again after %d failed pass(es)", failing)
+                failing = 0
             woken = self._wake.wait(self.sleep_s())
             if woken and (rest := began + MIN_PASS_S - self.monotonic()) > 0:
                 self._stop.wait(rest)  # more wake-ups may come meanwhile: one pass for all

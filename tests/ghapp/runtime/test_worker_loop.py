@@ -5,9 +5,13 @@ tick is too old."""
 from __future__ import annotations
 
 import contextlib
+import logging
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
+
+import pytest
 
 from ghapp.runtime.worker import MIN_SLEEP_S, WorkerLoop
 
@@ -104,3 +108,56 @@ def test_the_kernels_wake_at_sets_the_next_tick() -> None:
     hub.wake_at = None
     clock.t += 29.5
     assert loop.sleep_s() == 0.5  # the longest gap between ticks comes first
+
+
+class DownHub(FakeHub):
+    """A hub whose ledger cannot be read while ``down`` (a database that went away)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = True
+        self.reads = 0
+        down_hub = self
+
+        class Store:
+            @contextlib.contextmanager
+            def read(self) -> Iterator[FakeTx]:
+                down_hub.reads += 1
+                if down_hub.down:
+                    raise OSError("the connection is lost")
+                yield FakeTx(down_hub)
+
+        self.store = Store()  # type: ignore[assignment]  # the same read() as FakeStore's
+
+    def sweep_cards(self) -> None: ...
+
+    def sweep_actions(self) -> None: ...
+
+
+def test_a_ledger_that_stays_unreachable_is_one_line_and_passes_that_back_off(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A PostgreSQL outage failed every pass, woken by every webhook: a hundred lines a
+    second from each process."""
+    hub = DownHub()
+    loop = WorkerLoop(hub, poll_s=0.01)  # type: ignore[arg-type]  # what the loop reads of a hub
+    caplog.set_level(logging.WARNING, logger="autoloop.worker")
+    loop.start()
+    try:
+        deadline = time.monotonic() + 1.5
+        while time.monotonic() < deadline:
+            loop.wake()  # a stream of webhooks
+            time.sleep(0.005)
+        failed = [r.getMessage() for r in caplog.records if "step failed" in r.getMessage()]
+        assert failed == ["worker loop step failed: OSError: the connection is lost"]
+        assert hub.reads <= 6  # 0.1 s, then 0.2, 0.4, 0.8: backing off, not spinning
+        hub.down = False
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not any(
+            "works again" in r.getMessage() for r in caplog.records
+        ):
+            time.sleep(0.05)
+        (back,) = [r.getMessage() for r in caplog.records if "works again" in r.getMessage()]
+        assert back.startswith("worker loop works again after ")
+    finally:
+        loop.stop()
