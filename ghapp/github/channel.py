@@ -63,7 +63,7 @@ def render_card(
             f"To answer, comment `/answer {card.id} N` with the number of your choice "
             "(people with write access to this repository)"
         )
-        lines.append(f"{how}, or open the [card page]({link})." if link else f"{how}.")
+        lines.append(f"{how}; it has a [card page]({link}) too." if link else f"{how}.")
     elif card.choice is not None and 1 <= card.choice <= len(card.options):
         by = f" by @{card.answered_by}" if card.answered_via == "github" else ""
         by = by or (f" by {card.answered_by}" if card.answered_by else "")
@@ -121,7 +121,8 @@ class GitHubCommentChannel:
             said = (card.title, card.text, *card.options)
             text = render_card(
                 card,
-                link=self.links.url(card.id) if self.links else None,
+                # (it shows the card only: a comment's readers may lack write access)
+                link=self.links.url(card, answer=False) if self.links else None,
                 mentions=thread_mentions(self.client, target, said, self.mentions()),
                 ledger=self.ledger,
             )

@@ -1,8 +1,16 @@
 """Signed card links: ``/cards/<token>`` opens a card and takes its answer for 7 days.
 
-The token is ``<card>.<expiry>.<mac>`` in URL-safe form; the MAC is HMAC-SHA256 with a
-key derived from ``master.key`` for this purpose only, so a leaked link key does not
-reveal the master key and links can be revoked by rotating ``master.key``.
+The token is ``<card>.<expiry>.<scope>.<mac>`` in URL-safe form; the MAC is HMAC-SHA256
+with a key derived from ``master.key`` for this purpose only, so a leaked link key does
+not reveal the master key and links can be revoked by rotating ``master.key``.
+
+- ``scope`` is ``a`` (the link answers) or ``v`` (it only shows the card). A link posted
+  where anyone may read it (a comment on GitHub, whose readers may lack write access)
+  shows the card only: there, answers are ``/answer`` comments, whose author's access
+  GitHub is asked about.
+- The MAC also covers when the card was opened, which the link does not carry: card ids
+  restart in a ledger restored from a backup, and a link to the old ``c7`` answered the
+  new one.
 
 A link is as strong as ``master.key``: :func:`check_master_key` refuses a key shorter
 than :data:`MIN_KEY_BYTES` or made of a handful of repeated characters, and
@@ -17,6 +25,8 @@ import hashlib
 import hmac
 import time
 from collections.abc import Callable
+
+from kernel.records import Card
 
 LINK_TTL_S = 7 * 24 * 3600
 MIN_KEY_BYTES = 32
@@ -56,23 +66,39 @@ class CardLinks:
         digest = hmac.new(self.key, body.encode(), hashlib.sha256).digest()[:18]
         return base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
-    def token(self, card: str, *, ttl_s: int = LINK_TTL_S) -> str:
-        body = f"{card}.{int(self.now()) + ttl_s}"
-        return f"{body}.{self._mac(body)}"
+    def token(self, card: str | Card, *, ttl_s: int = LINK_TTL_S, answer: bool = True) -> str:
+        """A token for ``card`` (a record: its id and when it was opened; an id: a card
+        opened at no known time)."""
+        ident, opened = (card.id, card.opened_at) if isinstance(card, Card) else (card, "")
+        body = f"{ident}.{int(self.now()) + ttl_s}.{'a' if answer else 'v'}"
+        return f"{body}.{self._mac(f'{body}.{opened}')}"
 
-    def url(self, card: str) -> str:
-        return f"{self.base_url}/cards/{self.token(card)}"
+    def url(self, card: str | Card, *, answer: bool = True) -> str:
+        return f"{self.base_url}/cards/{self.token(card, answer=answer)}"
 
-    def verify(self, token: str) -> str | None:
-        """The card id of a valid, unexpired token; None otherwise."""
+    @staticmethod
+    def card_of(token: str) -> str | None:
+        """The card id a token names, not checked yet (:meth:`grant` checks it)."""
+        parts = token.split(".")
+        return parts[0] if len(parts) == 4 and token.isascii() else None
+
+    def grant(self, token: str, opened_at: str = "") -> tuple[str, bool] | None:
+        """(card id, whether the link answers) of a valid, unexpired token for the card
+        opened at ``opened_at``; None otherwise."""
         if not token.isascii():  # compare_digest refuses non-ASCII str: no valid token has any
             return None
         parts = token.split(".")
-        if len(parts) != 3:
+        if len(parts) != 4:
             return None
-        card, expiry, mac = parts
-        if not hmac.compare_digest(mac.encode(), self._mac(f"{card}.{expiry}").encode()):
+        card, expiry, scope, mac = parts
+        want = self._mac(f"{card}.{expiry}.{scope}.{opened_at}")
+        if not hmac.compare_digest(mac.encode(), want.encode()):
             return None
-        if not expiry.isdigit() or int(expiry) < self.now():
+        if not expiry.isdigit() or int(expiry) < self.now() or scope not in ("a", "v"):
             return None
-        return card
+        return card, scope == "a"
+
+    def verify(self, token: str, opened_at: str = "") -> str | None:
+        """The card id of a valid, unexpired token; None otherwise."""
+        found = self.grant(token, opened_at)
+        return found[0] if found is not None else None

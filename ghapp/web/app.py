@@ -488,14 +488,24 @@ def create_app(server: Server) -> Starlette:
 
     async def card_page(request: Request) -> Response:
         links = server.links
-        card_id = links.verify(request.path_params["token"]) if links else None
-        if card_id is None:
+        token = request.path_params["token"]
+        card_id = links.card_of(token) if links else None
+        card: Card | None = None
+        if card_id is not None:
+            with server.hub.store.read() as tx:
+                found = tx.get("card", card_id)
+            card = found if isinstance(found, Card) else None
+        granted = links.grant(token, card.opened_at) if links and card else None
+        if card is None or granted is None:
             return page("<p>This card link is invalid or has expired.</p>", 404)
-        with server.hub.store.read() as tx:
-            card = tx.get("card", card_id)
-        if not isinstance(card, Card):
-            return page("<p>Unknown card.</p>", 404)
+        answers = granted[1]
         if request.method == "POST":
+            if not answers:
+                return page(
+                    "<p>This link only shows the card. Answer it where it was posted "
+                    f"(<code>/answer {html.escape(card.id)} N</code>).</p>",
+                    403,
+                )
             body = await _read_body(request, MAX_FORM, "an answer is a few bytes: choice=N")
             if isinstance(body, Response):
                 return body
@@ -503,14 +513,14 @@ def create_app(server: Server) -> Starlette:
             if choice is None:
                 return page("<p>Pick one of the options.</p>", 400)
             try:
-                out = server.hub.answer(card_id, choice, by="card-link", via="link")
+                out = server.hub.answer(card.id, choice, by="card-link", via="link")
             except Exception as exc:  # the ledger cannot append (e.g. a full disk)
-                _unrecorded(f"the answer to card {card_id}", exc)
+                _unrecorded(f"the answer to card {card.id}", exc)
                 return page("<p>Your answer could not be saved; try again later.</p>", 503)
             server.wake()
             status = 200 if out.reply.ok else 409
             return page(f"<p>{html.escape(out.reply.message)}</p>", status)
-        return page(render_card_page(card, request.path_params["token"]), title=card.title)
+        return page(render_card_page(card, answers=answers), title=card.title)
 
     async def healthz(request: Request) -> Response:
         try:

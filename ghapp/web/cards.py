@@ -55,16 +55,22 @@ def form_choice(body: bytes) -> int | None:
     return int(values[0])
 
 
-def render_card_page(card: Card, token: str) -> str:
+def render_card_page(card: Card, *, answers: bool = True) -> str:
+    """The page of ``card``: with a button per option while it is open, when its link
+    answers (the form posts back to the page's own address, wherever it is served)."""
     title = html.escape(card.title)
     text = html.escape(card.text)
     if card.kind_ != "ask" or card.state != "open":
         return f"<h1>{title}</h1><p>{text}</p><p>State: {html.escape(card.state)}</p>"
+    if not answers:
+        listed = "".join(f"<li>{html.escape(o)}</li>" for o in card.options)
+        return (
+            f"<h1>{title}</h1><p>{text}</p><ol>{listed}</ol>"
+            f"<p>To answer, comment <code>/answer {html.escape(card.id)} N</code> where "
+            "this card was posted (people with write access).</p>"
+        )
     buttons = "".join(
         f'<button name="choice" value="{i}">{html.escape(o)}</button> '
         for i, o in enumerate(card.options, 1)
     )
-    return (
-        f"<h1>{title}</h1><p>{text}</p>"
-        f'<form method="post" action="/cards/{html.escape(token)}">{buttons}</form>'
-    )
+    return f'<h1>{title}</h1><p>{text}</p><form method="post">{buttons}</form>'

@@ -67,7 +67,7 @@ class WebhookChannel:
         spec: ChannelSpec,
         env: Mapping[str, str],
         *,
-        link: Callable[[str], str] | None = None,
+        link: Callable[[Card], str] | None = None,
     ) -> None:
         var = str(spec.options.get("url_env", ""))
         self.url = env.get(var, "") if var else str(spec.options.get("url", ""))
@@ -80,7 +80,7 @@ class WebhookChannel:
         if not self.url:
             raise RuntimeError("webhook channel has no URL: set the variable named by url_env")
         body: dict[str, Any]
-        link = self.link(card.id) if self.link is not None and card.state == "open" else None
+        link = self.link(card) if self.link is not None and card.state == "open" else None
         if self.format == "json":
             body = {
                 "card": card.id,

@@ -455,8 +455,16 @@ class CardPages(HttpTarget):
         links = self.app.running.server.links
         assert links is not None and self.app.cards, "the demo agent asked no question"
         self.links = links
-        ids = [*self.app.cards, "c999999", "", "nope"]
-        self.tokens = [links.token(c) for c in ids] + [links.token(self.app.cards[0], ttl_s=-1)]
+        hub = self.app.running.server.hub
+        with hub.store.read() as tx:  # the records: a token covers when its card opened
+            records = [tx.get("card", c) for c in self.app.cards]
+        cards: list[Card | str] = [c for c in records if isinstance(c, Card)]
+        first = cards[0]
+        self.tokens = [
+            *(links.token(c) for c in [*cards, "c999999", "", "nope"]),
+            links.token(first, ttl_s=-1),  # expired
+            links.token(first, answer=False),  # a link that shows the card only
+        ]
         return self
 
     def strategy(self) -> st.SearchStrategy[Any]:

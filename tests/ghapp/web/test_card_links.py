@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -41,10 +42,12 @@ def test_answering_from_the_card_page_is_taken_once(tmp_path: Path) -> None:
         card = open_question(live)
         links = live.running.server.links
         assert links is not None
-        url = links.url(card.id)
+        url = links.url(card)
         page = httpx.get(url, timeout=10)
         assert page.status_code == 200
         assert 'name="choice" value="2"' in page.text
+        # posted back to the page's own address (a --base-url with a path keeps it)
+        assert '<form method="post">' in page.text
         first = httpx.post(url, data={"choice": "2"}, timeout=10)
         assert first.status_code == 200, first.text
         with live.hub.store.read() as tx:
@@ -61,7 +64,7 @@ def test_card_page_refuses_bad_forms_and_tokens_with_one_line(tmp_path: Path) ->
         card = open_question(live)
         links = live.running.server.links
         assert links is not None
-        url = links.url(card.id)
+        url = links.url(card)
         for body in (b"", b"choice=", b"choice=x", b"choice=%C2%B2", b"choice=1&choice=2"):
             resp = httpx.post(
                 url,
@@ -73,8 +76,56 @@ def test_card_page_refuses_bad_forms_and_tokens_with_one_line(tmp_path: Path) ->
         for token in ("é.1.x", "c1.99999999999.%E2%82%AC", "not-a-token"):
             resp = httpx.get(f"{live.url}/cards/{token}", timeout=10)
             assert resp.status_code == 404, token
-        forged = CardLinks(os.urandom(32)).token(card.id)
+        forged = CardLinks(os.urandom(32)).token(card)
         assert httpx.post(f"{live.url}/cards/{forged}", data={"choice": "1"}).status_code == 404
+        with live.hub.store.read() as tx:
+            still = tx.get("card", card.id)
+        assert isinstance(still, Card) and still.state == "open"
+
+
+def test_a_link_posted_where_anyone_reads_it_shows_the_card_and_never_answers(
+    tmp_path: Path,
+) -> None:
+    """A card comment on GitHub carried a link that answered: whoever could read the
+    issue (no write access, or anyone, on a public repository) answered through it."""
+    with live_server(tmp_path / "h", RULES, start_worker=False) as live:
+        card = open_question(live)
+        links = live.running.server.links
+        assert links is not None
+        url = links.url(card, answer=False)
+        shown = httpx.get(url, timeout=10)
+        assert shown.status_code == 200
+        assert "<form" not in shown.text
+        assert f"<code>/answer {card.id} N</code>" in shown.text
+        for option in card.options:
+            assert f"<li>{option}</li>" in shown.text
+        tried = httpx.post(url, data={"choice": "1"}, timeout=10)
+        assert tried.status_code == 403 and "only shows the card" in tried.text
+        # the scope is signed: turning the view into an answer breaks the link
+        token = url.rsplit("/", 1)[1]
+        ident, expiry, scope, mac = token.split(".")
+        assert scope == "v"
+        turned = f"{live.url}/cards/{ident}.{expiry}.a.{mac}"
+        assert httpx.post(turned, data={"choice": "1"}, timeout=10).status_code == 404
+        with live.hub.store.read() as tx:
+            still = tx.get("card", card.id)
+        assert isinstance(still, Card) and still.state == "open"
+
+
+def test_a_link_answers_only_the_card_it_was_made_for_not_a_later_one_with_its_id(
+    tmp_path: Path,
+) -> None:
+    """Card ids restart in a ledger restored from a backup: a link kept from before the
+    restore opened and answered the new card with the same id."""
+    with live_server(tmp_path / "h", RULES, start_worker=False) as live:
+        card = open_question(live)
+        links = live.running.server.links
+        assert links is not None
+        earlier = replace(card, opened_at="2026-01-02T03:04:05+00:00")  # the same id, before
+        stale = links.url(earlier)
+        assert httpx.get(stale, timeout=10).status_code == 404
+        assert httpx.post(stale, data={"choice": "1"}, timeout=10).status_code == 404
+        assert httpx.get(links.url(card), timeout=10).status_code == 200
         with live.hub.store.read() as tx:
             still = tx.get("card", card.id)
         assert isinstance(still, Card) and still.state == "open"
@@ -88,7 +139,7 @@ def test_every_card_page_is_kept_out_of_caches_frames_and_referrers(tmp_path: Pa
         card = open_question(live)
         links = live.running.server.links
         assert links is not None
-        url = links.url(card.id)
+        url = links.url(card)
         answers = [
             httpx.get(url, timeout=10),
             httpx.post(url, data={"choice": "x"}, timeout=10),
