@@ -167,8 +167,11 @@ class AnswerDesk:
     def _safely(work: Callable[[], object]) -> None:
         try:
             work()
-        except Exception:  # keep the desk alive; an unhandled comment is swept again later
-            log.exception("handling /answer comments failed")
+        except Exception as exc:  # keep the desk alive; an unhandled comment is swept later
+            log.error(
+                "handling /answer comments failed: %s: %s", type(exc).__name__, exc,
+                exc_info=log.isEnabledFor(logging.DEBUG),
+            )  # fmt: skip
 
     # -- handling ----------------------------------------------------------------------
 
@@ -280,8 +283,11 @@ class AnswerDesk:
         for event in self.recent_answer_events():
             try:
                 outcome = self.handle_event(event, sweeping=True)
-            except Exception:  # one comment's trouble must not stop the others
-                log.exception("handling /answer comment %s failed", event.id)
+            except Exception as exc:  # one comment's trouble must not stop the others
+                log.error(
+                    "handling /answer comment %s failed: %s: %s", event.id,
+                    type(exc).__name__, exc, exc_info=log.isEnabledFor(logging.DEBUG),
+                )  # fmt: skip
                 outcome = "failed"
             counts[outcome] = counts.get(outcome, 0) + 1
         return counts

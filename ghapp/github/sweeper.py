@@ -35,7 +35,7 @@ from typing import Any
 
 from ghapp.github.client import GitHubClient
 from ghapp.github.deliveries import pipeline_id
-from ghapp.github.errors import AmbiguousWrite
+from ghapp.github.errors import AmbiguousWrite, GitHubError
 from ghapp.runtime.hub import Hub
 from kernel.model import Event
 from kernel.records import EventRow
@@ -48,6 +48,7 @@ DELIVER_LABELS = ("deliver", "deliver-review")
 WINDOW_S = 3 * 24 * 3600.0
 MAX_REDELIVERIES = 3  # per delivery GUID, one per pass
 REPO_SCAN_EVENTS = 5000
+UNREADABLE_SAY_S = 3600.0  # one line this often per repository that cannot be listed
 _REPO_OF = re.compile(r"^([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)(?:#[0-9]+|@[0-9a-fA-F]+)?$")
 
 
@@ -89,6 +90,7 @@ class Sweeper:
         self.redelivered: dict[str, int] = {}  # delivery GUID -> redeliveries asked for
         self._start_seq = self._last_event()
         self.passes = 0  # sweeps completed (the first runs at start)
+        self._unreadable: dict[str, float] = {}  # repository -> when last said
         self._lock = threading.Lock()  # one sweep at a time: the thread's, or a caller's
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -123,8 +125,11 @@ class Sweeper:
     def _safely(work: Callable[[], object]) -> None:
         try:
             work()
-        except Exception:  # keep sweeping; the next pass tries again
-            log.exception("sweep failed")
+        except Exception as exc:  # keep sweeping; the next pass tries again
+            log.error(
+                "sweep failed: %s: %s", type(exc).__name__, exc,
+                exc_info=log.isEnabledFor(logging.DEBUG),
+            )  # fmt: skip
 
     # -- one pass ----------------------------------------------------------------------
 
@@ -132,8 +137,10 @@ class Sweeper:
         with self._lock:
             report = SweepReport()
             try:
-                report.redelivered = self.redeliver_missed()
-                report.reconciled = self.reconcile_pulls()
+                try:  # the redeliveries' trouble (GitHub's deliveries API) stops nothing else
+                    report.redelivered = self.redeliver_missed()
+                finally:
+                    report.reconciled = self.reconcile_pulls()
             finally:
                 self.passes += 1
             return report
@@ -194,7 +201,12 @@ class Sweeper:
         repos, seen = self._recent()
         out: list[str] = []
         for repo in sorted(repos):
-            for pr in self.client.list_pulls(repo, state="open"):
+            try:
+                pulls = self.client.list_pulls(repo, state="open")
+            except GitHubError as exc:  # one repository gone (or never one) stops no other
+                self._cannot_read(repo, exc)
+                continue
+            for pr in pulls:
                 labels = [
                     lb.get("name") for lb in pr.get("labels") or [] if isinstance(lb, Mapping)
                 ]
@@ -230,6 +242,17 @@ class Sweeper:
                 elif not self._has_pipeline(repo, number):
                     self.on_events([event])  # reconciled before, yet never started
         return out
+
+    def _cannot_read(self, repo: str, exc: GitHubError) -> None:
+        """One line an hour per repository whose pull requests cannot be listed (an App
+        removed from it, the subject of a ping that names no repository)."""
+        now = time.monotonic()
+        if now - self._unreadable.get(repo, float("-inf")) >= UNREADABLE_SAY_S:
+            self._unreadable[repo] = now
+            log.warning(
+                "sweep: the pull requests of %s cannot be listed (%s: %s); the other "
+                "repositories are swept", repo, type(exc).__name__, exc,
+            )  # fmt: skip
 
     def _has_pipeline(self, repo: str, number: int) -> bool:
         with self.hub.store.read() as tx:

@@ -8,6 +8,7 @@ subprocess). The sandbox's audit log lists every write it applied.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -15,6 +16,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from fakegithub.server import SandboxHandle, free_port, running_sandbox
 from ghapp.github import retry
@@ -449,6 +452,34 @@ def test_open_labelled_prs_unseen_since_start_are_reconciled_once(tmp_path: Path
         rows = [e.event for e in r.records("event") if e.event.type == "pull_request.reconciled"]
         assert [(e.subject, e.details["head_sha"]) for e in rows] == [(f"{r.repo}#{quiet}", head)]
         assert loud != quiet
+
+
+def test_a_repository_that_cannot_be_listed_stops_no_other_from_being_swept(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A ping names no repository (its subject ``hook/<id>`` reads as one), and an App
+    removed from a repository gets 404s there: the sweep stopped at the first, every
+    five minutes, and the repositories after it were never looked at."""
+    with rig(tmp_path) as r:
+        sweeper = r.part(Sweeper)
+        wait_for("the sweep at start", lambda: sweeper.passes >= 1)
+        number = r.gh.world.open_issue("reader", "Makes the repository known")
+        wait_for("the card comment", lambda: has_card_comment(r, number))
+        r.live.hub.emit(Event(source="github", id="gone-1", type="ping", subject="aaa/gone"))
+        r.gh.world.set_app_url(None)  # the labelled event is lost
+        quiet = r.gh.world.open_pr(
+            "maintainer", "quiet", "Quiet", {"q.txt": "q"}, labels=["deliver"]
+        )
+        r.gh.world.set_app_url(r.live.url + "/github/webhook")
+        head = r.gh.sandbox.state.repos[r.repo].branches["quiet"]
+        caplog.set_level(logging.WARNING, logger="autoloop.github")
+        assert sweeper.sweep().reconciled == [f"reconcile:{r.repo}#{quiet}@{head}"]
+        sweeper.sweep()
+        said = [m for m in caplog.messages if "aaa/gone" in m]
+        assert len(said) == 1 and said[0].startswith(
+            "sweep: the pull requests of aaa/gone cannot be listed (NotFound: "
+        )
+        assert not [rec for rec in caplog.records if rec.exc_info]
 
 
 def test_a_refused_action_is_recorded_failed_and_a_notice_comment_says_why(
