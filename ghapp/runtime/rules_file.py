@@ -78,6 +78,7 @@ def load_rules(home: Path, *, agents: Iterable[str], channels: Iterable[str]) ->
         known_actions={github_source.SOURCE: github_source.ACTIONS},
         sources=(github_source.SOURCE,),
     )
+    _check_sources(rules, str(path))
     try:
         ZoneInfo(rules.timezone)
     except (ZoneInfoNotFoundError, ValueError):
@@ -87,3 +88,36 @@ def load_rules(home: Path, *, agents: Iterable[str], channels: Iterable[str]) ->
             field="timezone",
         ) from None
     return rules
+
+
+SOURCE_ADAPTERS: dict[str, tuple[str, ...]] = {  # adapter -> the options it reads
+    "github": (),
+    "hmac": ("header", "secret_env"),
+}
+
+
+def _check_sources(rules: Rules, file: str) -> None:
+    """Each source's adapter is one there is, and its options ones it reads: a typo
+    (``"hmak"``, ``"headr"``) passed the check and the source never worked."""
+    import difflib  # noqa: PLC0415  # (with the parser, above)
+
+    from kernel.config import unknown  # noqa: PLC0415  # (with the parser, above)
+
+    for name, spec in rules.sources.items():
+        at = f"sources.{name}"
+        if spec.adapter not in SOURCE_ADAPTERS:
+            known = tuple(SOURCE_ADAPTERS)
+            close = difflib.get_close_matches(spec.adapter, known, n=1)
+            hint = f'did you mean "{close[0]}"? ' if close else ""
+            raise ConfigError(
+                f'unknown source adapter "{spec.adapter}" ({hint}known: {", ".join(known)})',
+                file=file,
+                field=f"{at}.adapter",
+            )
+        for key in spec.options:
+            if key not in SOURCE_ADAPTERS[spec.adapter]:
+                raise ConfigError(
+                    unknown(key, SOURCE_ADAPTERS[spec.adapter] or ("adapter",)),
+                    file=file,
+                    field=f"{at}.{key}",
+                )

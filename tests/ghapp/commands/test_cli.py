@@ -341,6 +341,34 @@ def test_broken_rules_exit_2_with_one_line_and_nothing_runs(
     assert cli.agent_runs() == []
 
 
+@pytest.mark.parametrize(
+    ("source", "needles"),
+    [
+        ({"adapter": "hmak"}, ["sources.s.adapter", 'unknown source adapter "hmak"', '"hmac"']),
+        (
+            {"adapter": "hmac", "headr": "x-y"},
+            ["sources.s.headr", 'unknown field "headr"', 'did you mean "header"'],
+        ),
+    ],
+    ids=["adapter-typo", "option-typo"],
+)
+def test_a_sources_typo_is_named_not_taken(
+    cli: Cli, source: dict[str, str], needles: list[str]
+) -> None:
+    """A misspelt adapter passed the check and its requests were told the source came
+    after the start; a misspelt option was ignored (the default header expected)."""
+    cli.rules([one_rule("silent")])
+    good = json.loads((cli.home / "rules.json").read_text())
+    (cli.home / "rules.json").write_text(json.dumps({**good, "sources": {"s": source}}))
+    out = cli.run("drain", ok=None)
+    assert out.returncode == 2
+    (line,) = out.stderr.strip().splitlines()
+    for needle in needles:
+        assert needle in line
+    doctor = cli.run("doctor", ok=None)
+    assert doctor.returncode != 0 and needles[1] in doctor.stdout + doctor.stderr
+
+
 def test_schedules_fire_once_per_tick_and_once_after_a_clock_jump(cli: Cli) -> None:
     cli.rules([{"name": "morning", "every": "*/5 * * * *", "agent": "silent"}])
     t0 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
