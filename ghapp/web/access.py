@@ -31,6 +31,13 @@ BAD_SIGNATURE = (
 )
 
 
+HEADER_SHOWN = 100  # characters of a header value a log line shows
+
+
+def _cut(value: str) -> str:
+    return value if len(value) <= HEADER_SHOWN else f"{value[:HEADER_SHOWN]}...({len(value)})"
+
+
 class WebhookLog:
     def __init__(
         self, *, warn_every_s: float = 60.0, clock: Callable[[], float] = time.monotonic
@@ -42,7 +49,10 @@ class WebhookLog:
         self._unwarned = 0  # bad signatures since the last warning
 
     def received(self, event: str, delivery: str, status: int, ms: float, error: str = "") -> None:
-        """Log one received webhook; ``error`` is what the answer said went wrong."""
+        """Log one received webhook; ``error`` is what the answer said went wrong. The
+        event and delivery are headers anyone may send (signed or not): each is cut to
+        :data:`HEADER_SHOWN` characters (a 60,000-character header made as long a line)."""
+        event, delivery = _cut(event), _cut(delivery)
         fields = {"event": event, "delivery": delivery, "status": status, "ms": round(ms, 1)}
         line = f"webhook {event or '?'} delivery {delivery or '?'}: {status} in {ms:.1f} ms"
         if status == 401 and self._warn_now():

@@ -249,6 +249,9 @@ class _App(Starlette):
 
     def __init__(self, webhook: Callable[[Request], Awaitable[Response]], **kw: Any) -> None:
         super().__init__(**kw)
+        # No redirect of "/cards/x/" to "/cards/x": it was built from the request's Host
+        # header, so anyone could make the server answer with a redirect to their host.
+        self.router.redirect_slashes = False
         self._webhook = webhook
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -419,17 +422,18 @@ def create_app(server: Server) -> Starlette:
         source = request.path_params["source"]
         spec = server.source_secrets.get(source)
         if spec is None:
+            # One answer for every name: which ones rules.json lists is not for anyone
+            # who asks. The operator reads why in the log.
             try:
-                listed = source in server.hub.rules().sources
+                listed = server.hub.rules().sources.get(source)
             except Exception:  # a rules file that does not load now: the start's answer
-                listed = False
-            if listed:  # its secret is read once, at start
-                return _error(
-                    404,
-                    f"source {source!r} was added to rules.json after autoloop serve "
-                    "started: restart it to take the source (and its secret)",
-                )
-            return _error(404, f"no source {source!r} in rules.json (adapter 'hmac')")
+                listed = None
+            if listed is not None and listed.adapter == "hmac":  # secrets are read at start
+                log.warning(
+                    "source %r was added to rules.json after autoloop serve started: "
+                    "restart it to take the source (and its secret)", source[:100],
+                )  # fmt: skip
+            return _error(404, "no signed source of that name here")
         header, secret = spec
         if not _SOURCE_SIGNED.fullmatch(request.headers.get(header, "")):
             return _closing(
@@ -526,8 +530,9 @@ def create_app(server: Server) -> Starlette:
         try:
             with server.hub.store.read() as tx:
                 n = tx.fact_count()
-        except Exception as exc:
-            return JSONResponse({"ok": False, "ledger": str(exc)}, status_code=503)
+        except Exception as exc:  # the detail is the operator's (the log), not the caller's
+            log.warning("healthz: the ledger cannot be read: %s: %s", type(exc).__name__, exc)
+            return JSONResponse({"ok": False, "ledger": "cannot be read"}, status_code=503)
         inbox = server.inbox
         failed = (inbox.write_error if inbox else None) or server.hub.ledger.write_error
         waiting = {"waiting": inbox.waiting()} if inbox else {}

@@ -12,6 +12,7 @@ import httpx
 from ghapp.github.sansio import sign
 from kernel.records import EventRow
 from tests import paths
+from tests.ghapp.web.logged import logs
 from tests.servers import live_server
 
 FIXTURES = paths.FIXTURES / "github" / "webhooks"
@@ -136,3 +137,40 @@ def test_the_webhook_path_answers_other_methods_and_paths_as_starlette_does(
         assert posted.headers["content-type"] == "application/json"
         assert posted.json() == {"delivery": "d-fast", "duplicate": False, "queued": True}
         assert [e.event.id for e in events_in(live)] == ["d-fast"]
+
+
+def test_a_trailing_slash_is_not_found_never_a_redirect_to_the_hosts_header(
+    tmp_path: Path,
+) -> None:
+    """Starlette redirected "/cards/x/" to "/cards/x" on the host the request named:
+    anyone could make the server answer with a redirect to their own site."""
+    with live_server(tmp_path / "h", RULES, env=ENV, start_worker=False) as live:
+        for path in ("/cards/x/", "/github/webhook/", "/healthz/"):
+            got = httpx.post(
+                f"{live.url}{path}", headers={"host": "evil.example"}, follow_redirects=False
+            )
+            assert got.status_code in (404, 405), (path, got.status_code)
+            assert "location" not in got.headers
+
+
+def test_healthz_tells_a_caller_the_ledger_is_unreadable_not_why(tmp_path: Path) -> None:
+    with live_server(tmp_path / "h", RULES, env=ENV, start_worker=False) as live, logs() as seen:
+        live.hub.store.close()  # every read fails from here
+        got = httpx.get(f"{live.url}/healthz")
+        assert got.status_code == 503
+        assert got.json() == {"ok": False, "ledger": "cannot be read"}
+        said = [r.getMessage() for r in seen.records if r.getMessage().startswith("healthz")]
+        assert len(said) == 1 and said[0].startswith("healthz: the ledger cannot be read: ")
+
+
+def test_a_header_anyone_may_send_is_cut_in_the_log(tmp_path: Path) -> None:
+    with live_server(tmp_path / "h", RULES, env=ENV, start_worker=False) as live, logs() as seen:
+        long = "e" * 60_000
+        httpx.post(
+            f"{live.url}/github/webhook",
+            content=b"{}",
+            headers={"x-github-event": long, "x-github-delivery": "d-long"},
+        )
+        (line,) = [r.getMessage() for r in seen.records if "d-long" in r.getMessage()]
+        assert f"webhook {'e' * 100}...(60000) delivery d-long: 401" in line
+        assert len(line) < 1000

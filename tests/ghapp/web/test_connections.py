@@ -28,8 +28,8 @@ from ghapp.github.sansio import sign
 from ghapp.web import app as web_app
 from ghapp.web.connections import backlog_for, max_connections_for
 from tests import paths
+from tests.ghapp.web.logged import logs as caught_logs
 from tests.ghapp.web.test_app import ENV, FIXTURES, RULES, SECRET, post
-from tests.ghapp.web.test_full_disk import logs as caught_logs
 from tests.servers import free_port, live_server
 
 BODY = (FIXTURES / "issues" / "opened.json").read_bytes()

@@ -18,14 +18,13 @@ import logging
 import socket
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 
 from ghapp.store.sqlite import SqliteStore
 from kernel.records import EventRow
+from tests.ghapp.web.logged import logs
 from tests.ghapp.web.test_app import FIXTURES, SECRET, post
 from tests.servers import Live, live_server
 
@@ -76,32 +75,6 @@ def delivery_ids(live: Live) -> set[str]:
     live.settle()  # acknowledged deliveries are decided right after their ack
     with live.ctx.store.read() as tx:
         return {e.event.id for e in tx.query("event") if isinstance(e, EventRow)}
-
-
-class Records(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
-@contextmanager
-def logs() -> Iterator[Records]:
-    """Every record of our loggers and of uvicorn's (which do not reach the root)."""
-    handler = Records()
-    names = ("", "uvicorn", "uvicorn.error")
-    for name in names:
-        logging.getLogger(name).addHandler(handler)
-    old = logging.getLogger().level
-    logging.getLogger().setLevel(logging.INFO)
-    try:
-        yield handler
-    finally:
-        logging.getLogger().setLevel(old)
-        for name in names:
-            logging.getLogger(name).removeHandler(handler)
 
 
 def no_tracebacks(records: list[logging.LogRecord]) -> None:
