@@ -1,4 +1,5 @@
-"""One log line per received webhook: event, delivery, status and milliseconds.
+"""One log line per received webhook (event, delivery, status and milliseconds), and per
+request to a signed source (:class:`SourceLog`: source, event id, status, milliseconds).
 
 ::
 
@@ -21,7 +22,7 @@ from collections.abc import Callable
 
 from ghapp.runtime.logs import info_line
 
-__all__ = ["WebhookLog"]
+__all__ = ["SourceLog", "WebhookLog"]
 
 log = logging.getLogger("autoloop.webhook")
 
@@ -73,3 +74,32 @@ class WebhookLog:
                 return False
             self._warned_at = now
             return True
+
+
+class SourceLog(WebhookLog):
+    """The same line for each request to a signed source (``POST /v1/in/NAME``): its
+    name, the event's id when the body was read, the status, the time and what went
+    wrong; a bad signature is a WARNING at most once a minute, naming the header and the
+    variable its secret is read from (an operator debugging a sender had no line)."""
+
+    def request(
+        self, source: str, event_id: str, status: int, ms: float, error: str = "", *,
+        header: str = "", secret_var: str = "",
+    ) -> None:  # fmt: skip
+        source, event_id = _cut(source), _cut(event_id)
+        fields = {"source": source, "event_id": event_id, "status": status, "ms": round(ms, 1)}
+        line = f"source {source} event {event_id or '?'}: {status} in {ms:.1f} ms"
+        if status == 401 and secret_var and self._warn_now():
+            with self._lock:
+                more, self._unwarned = self._unwarned, 0
+            since = f" ({more} more refused since the last warning)" if more else ""
+            log.warning(
+                "%s: its %s is not the HMAC-SHA256 of the body under %s; the sender must "
+                "sign with the same secret (refused, nothing stored)%s",
+                line, header, secret_var, since, extra=fields,
+            )  # fmt: skip
+            return
+        if status == 401:
+            with self._lock:
+                self._unwarned += 1
+        info_line(log, f"{line}: {error}" if error else line, fields)

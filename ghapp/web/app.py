@@ -52,8 +52,9 @@ from ghapp.runtime.hub import Hub
 from ghapp.runtime.inbox import Inbox, Received
 from ghapp.runtime.ingest import ASIDE_BYTES, IngestQueue
 from ghapp.runtime.links import CardLinks
+from ghapp.runtime.settings import source_secret_var
 from ghapp.runtime.webhooks import BadBody, content_digest, inputs_for, webhook_payload
-from ghapp.web.access import WebhookLog
+from ghapp.web.access import SourceLog, WebhookLog
 from ghapp.web.cards import form_choice, page, render_card_page
 from ghapp.web.metrics import Metrics, render_metrics
 from kernel import inputs as k
@@ -89,6 +90,7 @@ class Server:
     on_comment: Callable[[Event], None] | None = None
     on_events: Callable[[list[Event]], None] | None = None  # every recorded webhook's events
     webhook_log: WebhookLog = field(default_factory=WebhookLog)
+    source_log: SourceLog = field(default_factory=SourceLog)
     inbox: Inbox | None = None  # with a SQLite ledger: acks wait for the inbox only
 
 
@@ -419,7 +421,37 @@ def create_app(server: Server) -> Starlette:
         )
 
     async def generic_source(request: Request) -> Response:
+        """One log line per request (:class:`~ghapp.web.access.SourceLog`), then its answer."""
+        started = time.perf_counter()
         source = request.path_params["source"]
+        seen: dict[str, str] = {}
+        status, error = 500, "the server failed: see the error logged above"
+        try:
+            response = await receive_source(request, source, seen)
+            status = response.status_code
+            error = _error_of(response) if status >= 400 else ""
+            return response
+        finally:
+            spec = server.source_secrets.get(source)
+            server.source_log.request(
+                source,
+                seen.get("id", ""),
+                status,
+                (time.perf_counter() - started) * 1000,
+                error,
+                header=spec[0] if spec else "",
+                secret_var=_secret_var(source) if spec else "",
+            )
+
+    def _secret_var(source: str) -> str:
+        try:
+            listed = server.hub.rules().sources.get(source)
+        except Exception:  # a rules file that does not load now
+            listed = None
+        var = listed.options.get("secret_env") if listed is not None else None
+        return str(var) if var else source_secret_var(source)
+
+    async def receive_source(request: Request, source: str, seen: dict[str, str]) -> Response:
         spec = server.source_secrets.get(source)
         if spec is None:
             # One answer for every name: which ones rules.json lists is not for anyone
@@ -456,6 +488,8 @@ def create_app(server: Server) -> Starlette:
             return _error(400, "body must be a JSON object")
         eid = data.get("id")
         etype = data.get("type")
+        if isinstance(eid, str):
+            seen["id"] = eid
         if not isinstance(eid, str) or not isinstance(etype, str) or not eid or not etype:
             return _error(400, 'body needs string fields "id" and "type"')
         named = data.get("subject")

@@ -405,3 +405,30 @@ def test_a_control_character_in_a_webhook_header_is_400_on_each_ledger(
         assert ids == ["d-1"]
     finally:
         app.close()
+
+
+def test_each_source_request_is_one_log_line_and_a_bad_signature_names_the_secret(
+    tmp_path: Path,
+) -> None:
+    """A signed source logged nothing, taken or refused: an operator debugging a sender's
+    signature had no line to look at."""
+    with live_server(tmp_path / "h", RULES, env=ENV, start_worker=False) as live, logs() as seen:
+        taken = post_source(live, json.dumps({"id": "o-1", "type": "order.paid"}).encode())
+        assert taken.status_code == 200
+        forged = post_source(live, source_event(), signature=b"sha256=" + b"0" * 64)
+        again = post_source(live, source_event(), signature=b"sha256=" + b"1" * 64)
+        assert [forged.status_code, again.status_code] == [401, 401]
+        not_json = post_source(live, b"[1]")
+        assert not_json.status_code == 400
+        lines = [r for r in seen.records if r.name == "autoloop.webhook"]
+        said = [r.getMessage() for r in lines]
+        assert len(said) == 4, said
+        assert said[0].startswith("source shop event o-1: 200 in ")
+        assert lines[1].levelname == "WARNING" and said[1].startswith("source shop event ?: 401")
+        assert (
+            "its x-signature-256 is not the HMAC-SHA256 of the body under "
+            "AUTOLOOP_SOURCE_SHOP_SECRET" in said[1]
+        )
+        assert lines[2].levelname == "INFO" and ": 401 in " in said[2]  # one warning a minute
+        assert said[3].startswith("source shop event ?: 400 in ") and "JSON object" in said[3]
+        assert SOURCE_SECRET not in "\n".join(said)
