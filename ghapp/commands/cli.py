@@ -88,7 +88,22 @@ def _open() -> Home:
     env = dict(os.environ)
     home = home_from_env(env)
     require_home(home, env)
-    return Home.open(env=env, home=home)
+    ctx = Home.open(env=env, home=home)
+    _OPENED.append(ctx)
+    return ctx
+
+
+# Homes a command opened, closed when it ends: a SQLite ledger's last close copies its
+# write-ahead log into ledger.db. Left open at exit, every command's writes stayed in
+# ledger.db-wal, and a copy of ledger.db alone (a plain backup) held no ledger at all.
+_OPENED: list[Any] = []
+
+
+def _close_opened() -> None:
+    while _OPENED:
+        ctx = _OPENED.pop()
+        with contextlib.suppress(Exception):  # (what it wrote is committed already)
+            ctx.store.close()
 
 
 class _Lines:
@@ -890,6 +905,8 @@ def _main(args_list: list[str]) -> int:
         raise
     except KeyboardInterrupt:
         return _die(1, "interrupted; nothing accepted was lost")
+    finally:
+        _close_opened()
 
 
 if __name__ == "__main__":
