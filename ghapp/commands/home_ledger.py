@@ -118,7 +118,26 @@ def _gone(ledger: Path) -> str | None:
         return "missing"
     except OSError:
         return None  # unreadable: opening it says why
-    return "empty" if size == 0 else None
+    if size == 0:
+        return "empty"
+    return "empty (a database without a ledger in it)" if _no_tables(ledger) else None
+
+
+def _no_tables(ledger: Path) -> bool:
+    """Whether ``ledger`` is a SQLite file that holds no table, with its write-ahead log
+    read too when it is there: what a copy of ``ledger.db`` alone holds when the writes
+    were all still in ``ledger.db-wal``. Anything else (a damaged file, one this user
+    cannot read) is for opening it to say."""
+    import sqlite3  # noqa: PLC0415  # (commands that open a ledger load it anyway)
+
+    try:
+        with contextlib.closing(
+            sqlite3.connect(f"file:{ledger}?mode=ro", uri=True, timeout=5)
+        ) as conn:
+            (tables,) = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            return int(tables) == 0
+    except sqlite3.Error:
+        return False
 
 
 def check_ledger_kept(home: Path, ledger: Path) -> None:
@@ -158,7 +177,7 @@ def start_new_ledger(home: Path, url: str) -> Path:
             f"the ledger {ledger} is still there: --new-ledger only starts anew where it is "
             "missing or empty; move it away first if you mean to drop its history"
         )
-    if gone == "empty":
+    if gone.startswith("empty"):
         ledger.unlink()
     known = _known_ledgers(home)
     if known is not None:

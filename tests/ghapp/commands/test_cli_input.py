@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import random
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -358,6 +359,37 @@ def test_a_lost_ledger_is_refused_not_replaced_by_an_empty_one(
     ledger = home.home / "ledger.db"
     assert ledger.exists() == keep_empty and (not keep_empty or ledger.stat().st_size == 0)
     # the owner chooses to start anew
+    assert "started a new, empty ledger" in home.run("init", "--new-ledger").stdout
+    home.emit("x", "s", "3")
+    assert [e["id"] for e in events(home)] == ["3"]
+
+
+def test_a_command_leaves_its_writes_in_ledger_db_so_a_plain_copy_holds_them(
+    home: Home, tmp_path: Path
+) -> None:
+    """Every command left its writes in ledger.db-wal: a copy of ledger.db alone (the
+    plain backup a new user makes) held no table, and the home took it without a word."""
+    home.emit("x", "s", "1")
+    wal = home.home / "ledger.db-wal"
+    assert not wal.exists() or wal.stat().st_size == 0
+    copy = tmp_path / "copy.db"
+    shutil.copyfile(home.home / "ledger.db", copy)
+    with contextlib.closing(sqlite3.connect(copy)) as conn:
+        assert conn.execute("SELECT count(*) FROM facts").fetchone()[0] >= 1
+
+
+def test_a_ledger_db_that_holds_no_ledger_is_refused_as_empty(home: Home) -> None:
+    """A SQLite file with no table in it (a copy made while the writes were all in the
+    write-ahead log) was opened as a new ledger: the history silently started over."""
+    home.emit("x", "s", "1")
+    drop_ledger(home)
+    with contextlib.closing(sqlite3.connect(home.home / "ledger.db")) as conn:
+        conn.execute("PRAGMA journal_mode=wal")  # a header page and nothing else
+    for command in (("status",), ("emit", "local", "x", "s", "--id", "2")):
+        line = refused(home.run(*command, ok=False), "ledger.db", "history", "backup")
+        assert "is empty (a database without a ledger in it)" in line
+    doctor = home.run("doctor", ok=False)
+    assert "FAIL" in doctor.stdout and "without a ledger in it" in doctor.stdout
     assert "started a new, empty ledger" in home.run("init", "--new-ledger").stdout
     home.emit("x", "s", "3")
     assert [e["id"] for e in events(home)] == ["3"]
