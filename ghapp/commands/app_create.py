@@ -371,6 +371,12 @@ def make_plan(args: argparse.Namespace, env: Mapping[str, str]) -> Plan:
         raise SettingsError(f"--org {args.org!r} is not an organization's login on GitHub")
     if not _http_url(args.url):
         raise SettingsError(f"--url {args.url!r}: give the public http(s) address of the server")
+    if args.url.rstrip("/").endswith(WEBHOOK_PATH):
+        raise SettingsError(
+            f"--url {args.url!r} is the webhook's address: give the server's own "
+            f"({args.url.rstrip('/').removesuffix(WEBHOOK_PATH)}); webhooks go to "
+            f"URL{WEBHOOK_PATH}"
+        )
     webhook_url = args.webhook_url or args.url.rstrip("/") + WEBHOOK_PATH
     if not _http_url(webhook_url):
         raise SettingsError(f"--webhook-url {webhook_url!r} is not an http(s) URL")

@@ -223,6 +223,10 @@ def test_a_home_that_does_not_exist_is_refused(gh: SandboxHandle, tmp_path: Path
         (["--url", URL], "one of the arguments --org --user is required"),
         (["--org", "acme", "--url", "autoloop.example.com"], "--url 'autoloop.example.com'"),
         (["--org", "bad_org!", "--url", URL], "is not an organization's login"),
+        (  # the manifest's hook became URL/github/webhook/github/webhook
+            ["--org", "acme", "--url", "https://autoloop.example.com/github/webhook/"],
+            "is the webhook's address: give the server's own (https://autoloop.example.com)",
+        ),
         (["--org", "acme", "--url", URL, "--name", "x" * 35], "must have 1 to 34 characters"),
     ],
 )
