@@ -134,7 +134,7 @@ BODY_S = 10.0  # a body has this long to arrive...
 BODY_RATE = 64 * 1024  # ... and one more second per this many bytes it says it has
 BODY_BUDGET = 128 * 1024 * 1024  # bytes of bodies being read at once, all requests together
 _SIGNED = re.compile(r"\s*sha256=[0-9a-f]{64}\s*", re.IGNORECASE)  # X-Hub-Signature-256
-_SOURCE_SIGNED = re.compile(r"(?:sha256=)?[0-9a-f]{64}")  # a generic source's header
+_SOURCE_SIGNED = re.compile(r"(?:sha256=)?[0-9a-f]{64}", re.IGNORECASE)  # a source's header
 
 
 class BodyBudget:
@@ -476,7 +476,7 @@ def create_app(server: Server) -> Starlette:
             return body
         # Compared as bytes: compare_digest refuses str with non-ASCII characters, and a
         # header may hold any byte (Starlette decodes headers as Latin-1, so this is exact).
-        given = request.headers.get(header, "").encode("latin-1")
+        given = request.headers.get(header, "").lower().encode("latin-1")  # hex in any case
         want = hmac.new(secret, body, hashlib.sha256).hexdigest().encode("ascii")
         if not (hmac.compare_digest(given, want) or hmac.compare_digest(given, b"sha256=" + want)):
             return _error(401, f"bad or missing {header} (sign the raw body with HMAC-SHA256)")

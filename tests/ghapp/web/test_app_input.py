@@ -123,6 +123,18 @@ def test_non_ascii_bytes_in_the_source_signature_are_401_not_500(tmp_path: Path)
         assert events_in(live) == []
 
 
+def test_a_source_signature_in_upper_case_hex_is_taken(tmp_path: Path) -> None:
+    """Hex is hex in either case (the GitHub webhook's was taken so): a sender writing
+    its signature in upper case was refused."""
+    with live_server(tmp_path / "h", RULES, env=ENV, start_worker=False) as live:
+        for n, prefix in enumerate((b"sha256=", b"SHA256=", b"")):
+            body = source_event()
+            mac = hmac.new(SOURCE_SECRET.encode(), body, hashlib.sha256).hexdigest().upper()
+            resp = post_source(live, body, signature=prefix + mac.encode())
+            assert resp.status_code == 200, (n, resp.text)
+        assert len(events_in(live)) == 3
+
+
 def test_deeply_nested_source_details_are_400_not_500(tmp_path: Path) -> None:
     deep: Any = 1
     for _ in range(900):  # within orjson's own limit: the body parses, then is refused
