@@ -84,7 +84,18 @@ def home_checks(home: Path, db: str) -> list[Check]:
     ]
     try:
         read_master_key(home)
-        rows.append(Check("master.key", OK, f"{home / 'master.key'}"))
+        key = home / "master.key"
+        key_mode = stat.S_IMODE(key.stat().st_mode)
+        rows.append(
+            Check("master.key", OK, f"{key}")
+            if not key_mode & 0o077
+            else Check(
+                "master.key",
+                WARN,
+                f"{key} can be read by other users (mode {key_mode:o}), and whoever reads it "
+                f"can sign card links: chmod 600 {key}",
+            )
+        )
     except SettingsError as exc:
         rows.append(Check("master.key", FAIL, str(exc)))
     rows.append(ledger_check(db, home))

@@ -262,6 +262,21 @@ def test_a_missing_home_is_reported_and_not_created(gh: SandboxHandle, tmp_path:
     assert not typo.exists()
 
 
+def test_a_master_key_other_users_can_read_is_a_warning(tmp_path: Path) -> None:
+    """Whoever reads master.key can sign card links: mode 0644 was reported ok."""
+    home = make_home(tmp_path, {"agents": {"demo": {"use": "demo"}}, "rules": []})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOLOOP_")}
+    env["AUTOLOOP_HOME"] = str(home)
+    (home / "master.key").chmod(0o644)
+    _, report, _ = doctor(env)
+    (row,) = [c for c in report["checks"] if c["check"] == "master.key"]
+    assert row["status"] == "warn"
+    assert "mode 644" in row["detail"] and f"chmod 600 {home / 'master.key'}" in row["detail"]
+    (home / "master.key").chmod(0o600)
+    _, report, _ = doctor(env)
+    assert status_of(report, "master.key") == "ok"
+
+
 def test_local_only_is_no_problem(tmp_path: Path) -> None:
     home = make_home(tmp_path, {"agents": {"demo": {"use": "demo"}}, "rules": []})
     env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOLOOP_")}
