@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from ghapp.commands.home import make_redact
+from ghapp.store.base import StoreError
+from ghapp.store.open import open_store
 from ghapp.store.urls import hide_passwords, passwords_in, shown
 from kernel.model import Rules, SourceSpec
 
@@ -81,3 +83,14 @@ def test_the_process_redactor_masks_each_signed_sources_secret(tmp_path: Path) -
     for value in env.values():
         masked = redact(f"key {value} here")
         assert value not in masked and masked.startswith("key [REDACTED"), masked
+
+
+def test_a_sqlite_url_into_a_folder_that_does_not_exist_is_refused_not_made(
+    tmp_path: Path,
+) -> None:
+    """A typo in AUTOLOOP_DB made the folders it named (as whoever ran it) and a ledger
+    there, and recorded into it."""
+    missing = tmp_path / "no" / "such" / "dir"
+    with pytest.raises(StoreError, match=r"the folder .*dir does not exist; create it"):
+        open_store(f"sqlite:///{missing / 'x.db'}")
+    assert not (tmp_path / "no").exists()
