@@ -263,9 +263,36 @@ def agent_checks(home: Path, rules: Rules, env: Mapping[str, str]) -> list[Check
                     f"{program!r} is not found on PATH{where}; used by {used_by}: {fix}",
                 )
             )
+        elif script := _missing_script(spec, [_cwd(home, r.cwd) for r in users] or [home]):
+            rows.append(
+                Check(
+                    label,
+                    WARN,
+                    f"{resolved} is there, but the script {script!r} its command runs is "
+                    f"not found in the rules' cwd; used by {used_by}: fix its path in rules.json",
+                )
+            )
         else:
             rows.append(Check(label, OK, f"{resolved}; used by {used_by}{where}"))
     return rows
+
+
+_SCRIPT_SUFFIXES = (".py", ".sh", ".js", ".mjs", ".ts", ".rb", ".pl")
+
+
+def _missing_script(spec: AgentSpec, bases: list[Path]) -> str:
+    """The script a command agent's interpreter is given (``["python3", "agent.py",
+    "{prompt}"]``) when it exists in none of the folders its turns run in; "" otherwise
+    (the interpreter being found said nothing about it)."""
+    if spec.use != "command":
+        return ""
+    argv = spec.command or tuple(spec.options.get("command", ()))
+    for arg in (str(a) for a in argv[1:]):
+        if arg.endswith(_SCRIPT_SUFFIXES) and "{" not in arg and not arg.startswith("-"):
+            path = Path(arg).expanduser()
+            places = [path] if path.is_absolute() else [b / path for b in bases]
+            return "" if any(p.is_file() for p in places) else arg
+    return ""
 
 
 def _cwd(home: Path, cwd: str) -> Path:

@@ -175,6 +175,26 @@ def test_a_missing_agent_binary_is_one_row(gh: SandboxHandle, tmp_path: Path) ->
     assert '"binary" option' in detail
 
 
+def test_a_command_agents_missing_script_is_a_warning(tmp_path: Path) -> None:
+    """``["python3", "agent.py", "{prompt}"]`` was reported ok when agent.py did not exist
+    (python3 did); every turn then failed."""
+    agent = {"use": "command", "command": ["python3", "agent.py", "{prompt}"]}
+    rules = {
+        "agents": {"script": agent},
+        "rules": [{"name": "r", "on": {"type": "x"}, "agent": "script"}],
+    }
+    home = make_home(tmp_path, rules)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOLOOP_")}
+    env["AUTOLOOP_HOME"] = str(home)
+    _, report, _ = doctor(env)
+    (row,) = [c for c in report["checks"] if c["check"] == "agent script"]
+    assert row["status"] == "warn"
+    assert "the script 'agent.py' its command runs is not found" in row["detail"]
+    (home / "agent.py").write_text("print('done')\n")
+    _, report, _ = doctor(env)
+    assert status_of(report, "agent script") == "ok"
+
+
 def test_an_unreachable_webhook_is_one_row(gh: SandboxHandle, tmp_path: Path) -> None:
     deliver_one_webhook(gh, f"http://127.0.0.1:{free_port()}/github/webhook")
     code, report, _ = doctor(github_env(gh, make_home(tmp_path)))
