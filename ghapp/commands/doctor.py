@@ -104,7 +104,7 @@ def home_checks(home: Path, db: str) -> list[Check]:
 
 def ledger_check(db: str, home: Path | None = None) -> Check:
     if db.startswith(("postgresql:", "postgres:")):
-        return postgres_check(db)
+        return postgres_check(db, home)
     if not db.startswith("sqlite:"):
         from ghapp.store.urls import shown  # noqa: PLC0415  # only for this row
 
@@ -153,7 +153,7 @@ def sqlite_damage(path: Path) -> str | None:
     return None if found == ["ok"] else "; ".join(found)[:300]
 
 
-def postgres_check(db: str) -> Check:
+def postgres_check(db: str, home: Path | None = None) -> Check:
     """The PostgreSQL ledger, read only: reachable, and its schema one this autoloop
     knows. Nothing is created: an empty database is a warning, as a missing file is."""
     from ghapp.store.base import SCHEMA_VERSION, StoreError  # noqa: PLC0415  # only here
@@ -184,7 +184,28 @@ def postgres_check(db: str) -> Check:
             f"{SCHEMA_VERSION}, rebuilding the projections from the facts",
         )
     last = f"last fact #{found.facts}" if found.facts else "no facts yet"
-    return Check("ledger", OK, f"{found.where} (PostgreSQL, schema {found.schema}, {last})")
+    shown = f"{found.where} (PostgreSQL, schema {found.schema}, {last})"
+    mine = _key_fingerprint(home) if home is not None else None
+    if found.links_key is not None and mine is not None and mine != found.links_key:
+        return Check("ledger", WARN, f"{shown}; {OTHER_KEY}")
+    return Check("ledger", OK, shown)
+
+
+#: said (doctor, serve) when the ledger's servers sign card links with another key
+OTHER_KEY = (
+    "this home's master.key is not the one the server of this ledger started last signs "
+    "card links with: a link one of them sent is refused by the others; give every "
+    "server the same master.key (copy it from the first home)"
+)
+
+
+def _key_fingerprint(home: Path) -> str | None:
+    from ghapp.runtime.links import key_fingerprint  # noqa: PLC0415  # only here
+
+    try:
+        return key_fingerprint(read_master_key(home))
+    except SettingsError:
+        return None  # the master.key row says why
 
 
 def rules_check(home: Path) -> tuple[Check, Rules | None]:

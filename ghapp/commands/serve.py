@@ -35,7 +35,7 @@ from ghapp.runtime import crash
 from ghapp.runtime.inbox import Inbox, InboxError, inbox_path
 from ghapp.runtime.ingest import IngestQueue
 from ghapp.runtime.ledger import Outcome
-from ghapp.runtime.links import CardLinks
+from ghapp.runtime.links import LINKS_KEY_INFO, CardLinks, key_fingerprint
 from ghapp.runtime.logs import batch_lines
 from ghapp.runtime.settings import MIN_SECRET_CHARS, Settings, SettingsError, hmac_source
 from ghapp.runtime.worker import WorkerLoop
@@ -134,6 +134,14 @@ def build(
         )
     master = read_master_key(ctx.home)
     links = CardLinks(master, base_url=base_url)
+    if not isinstance(ctx.store, SqliteStore):  # replicas: each must sign with the same key
+        mine = key_fingerprint(master)
+        with ctx.store.write() as tx:  # the last server started names it
+            before = tx.swap_info(LINKS_KEY_INFO, mine)
+        if before not in (None, mine):
+            from ghapp.commands.doctor import OTHER_KEY  # noqa: PLC0415  # only then
+
+            notes.append(f"{OTHER_KEY} (after a rotation of master.key, this is said once)")
     hub = ctx.hub()
     # Here card pages are served: a webhook channel with "links": true carries them too.
     from plugins.channels.local import WebhookChannel  # noqa: PLC0415  # only where serve runs

@@ -54,6 +54,16 @@ def derive(master: bytes, purpose: str) -> bytes:
     return hmac.new(master, f"autoloop/{purpose}".encode(), hashlib.sha256).digest()
 
 
+#: where a ledger keeps the fingerprint of the key its card links are signed with
+LINKS_KEY_INFO = "links-key"
+
+
+def key_fingerprint(master: bytes) -> str:
+    """Twelve hex digits that tell two master keys apart and reveal nothing of either:
+    the servers sharing a ledger must sign card links with the same key."""
+    return derive(master, "fingerprint")[:6].hex()
+
+
 class CardLinks:
     def __init__(
         self, master: bytes, *, base_url: str = "", now: Callable[[], float] = time.time

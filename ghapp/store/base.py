@@ -119,6 +119,10 @@ class Tx(Protocol):
 
     def ledger_name(self, proposed: str) -> str: ...
 
+    def info(self, key: str, proposed: str) -> str: ...
+
+    def swap_info(self, key: str, value: str) -> str | None: ...
+
 
 class Store(Protocol):
     url: str
@@ -539,12 +543,31 @@ class SqlTx:
         """This ledger's name, set once: ``proposed`` when it has none yet. What the hub
         writes on GitHub carries it, so that two ledgers (a home made afresh, a second
         hub) never take each other's comments for their own."""
+        return self.info("name", proposed)
+
+    def info(self, key: str, proposed: str) -> str:
+        """The ledger's value for ``key`` (``ledger_info``), set once: ``proposed`` when
+        it has none yet; every replica, and every later process, reads the same."""
         self.cur.execute(
-            self._q("INSERT INTO ledger_info (k, v) VALUES ('name', ?) ON CONFLICT (k) DO NOTHING"),
-            (proposed,),
+            self._q("INSERT INTO ledger_info (k, v) VALUES (?, ?) ON CONFLICT (k) DO NOTHING"),
+            (key, proposed),
         )
-        self.cur.execute("SELECT v FROM ledger_info WHERE k = 'name'")
+        self.cur.execute(self._q("SELECT v FROM ledger_info WHERE k = ?"), (key,))
         return str(self.cur.fetchone()[0])
+
+    def swap_info(self, key: str, value: str) -> str | None:
+        """Set the ledger's value for ``key`` to ``value``; the one it replaced (None:
+        none)."""
+        self.cur.execute(self._q("SELECT v FROM ledger_info WHERE k = ?"), (key,))
+        row = self.cur.fetchone()
+        self.cur.execute(
+            self._q(
+                "INSERT INTO ledger_info (k, v) VALUES (?, ?) "
+                "ON CONFLICT (k) DO UPDATE SET v = excluded.v"
+            ),
+            (key, value),
+        )
+        return str(row[0]) if row is not None else None
 
 
 def _fact(seq: int, data: Any) -> Fact:

@@ -144,6 +144,7 @@ class Found:
     where: str  # USER@HOST:PORT/DB, never the password
     schema: int | None  # the ledger's schema version; None: no ledger there yet
     facts: int  # the number of the last fact (0: none)
+    links_key: str | None = None  # the fingerprint of the key card links are signed with
 
 
 def look(url: str, *, connect_timeout_s: int = 5) -> Found:
@@ -165,6 +166,7 @@ def look(url: str, *, connect_timeout_s: int = 5) -> Found:
                     return Found(where, None, 0)
                 version = conn.execute("SELECT v FROM ledger_info WHERE k = 'schema'").fetchone()
                 last = conn.execute("SELECT coalesce(max(seq), 0) FROM facts").fetchone()
+                key = conn.execute("SELECT v FROM ledger_info WHERE k = 'links-key'").fetchone()
     except psycopg.Error as exc:
         raise StoreError(
             f"cannot reach the PostgreSQL ledger: {hide_passwords(one_line(str(exc)), url)}; "
@@ -172,4 +174,9 @@ def look(url: str, *, connect_timeout_s: int = 5) -> Found:
         ) from exc
     # no schema row: a ledger from before the row existed, taken as current (as migrate does)
     schema = int(version[0]) if version is not None else SCHEMA_VERSION
-    return Found(where, schema, int(last[0]) if last is not None else 0)
+    return Found(
+        where,
+        schema,
+        int(last[0]) if last is not None else 0,
+        str(key[0]) if key is not None else None,
+    )

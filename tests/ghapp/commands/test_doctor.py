@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,7 +18,9 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from fakegithub.server import SandboxHandle, free_port, running_sandbox
 from ghapp.commands.doctor import deliveries_check
-from ghapp.commands.home import init_home
+from ghapp.commands.home import Home, init_home
+from ghapp.commands.serve import build
+from ghapp.runtime.settings import Settings
 from ghapp.store.base import SCHEMA_VERSION
 from ghapp.store.postgres import PostgresStore
 from tests.hub_cli import FAKES_BIN, ROOT
@@ -404,6 +407,34 @@ def ledger_tables(url: str) -> int:
 def pg() -> Iterator[str]:
     with pg_schema() as url:
         yield url
+
+
+@pytest.mark.pg
+def test_replicas_with_different_master_keys_are_told_at_start_and_by_doctor(
+    pg: str, tmp_path: Path
+) -> None:
+    """Each replica's home made by its own 'autoloop init' has its own master.key: a card
+    link one sent was refused by the others, behind a load balancer most links."""
+    rules = {"agents": {"demo": {"use": "demo"}}, "rules": []}
+    first, second = (make_home(tmp_path / name, rules) for name in ("a", "b"))
+
+    def start(home: Path) -> list[str]:
+        env = local_env(home, pg)
+        ctx = Home.open(env=env, home=home)
+        try:
+            return build(ctx, Settings.from_env(env), connect_github=False).notes
+        finally:
+            ctx.store.close()
+
+    assert not [n for n in start(first) if "master.key" in n]
+    (said,) = [n for n in start(second) if "master.key" in n]
+    assert said.startswith("this home's master.key is not the one the server of this ledger")
+    status, detail = ledger_row(doctor(local_env(first, pg))[1])
+    assert status == "warn" and "give every server the same master.key" in detail
+    shutil.copyfile(first / "master.key", second / "master.key")
+    assert [n for n in start(second) if "master.key" in n]  # said once, for the last key
+    assert not [n for n in start(second) if "master.key" in n]
+    assert ledger_row(doctor(local_env(first, pg))[1])[0] == "ok"
 
 
 @pytest.mark.pg
