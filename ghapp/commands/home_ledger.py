@@ -192,6 +192,11 @@ def open_ledger(env: Mapping[str, str], home: Path) -> Store:
     ledger this home has used and lost is refused (StoreError), a new one is remembered."""
     url = db_url(env, home)
     ledger = sqlite_file(url)
+    if ledger is not None and env.get("AUTOLOOP_DB") and not ledger.parent.is_dir():
+        raise StoreError(  # a typo in AUTOLOOP_DB made the folders it named, anywhere
+            f"cannot open the ledger at {ledger}: the folder {ledger.parent} does not "
+            "exist; create it, or check AUTOLOOP_DB"
+        )
     if ledger is not None:
         check_ledger_kept(home, ledger)
     store = open_store(url)

@@ -125,12 +125,8 @@ class SqliteStore:
         path, sync = _split_url(url)
         self.durable = durable if sync is None else (durable and sync)
         self.path = Path(path)
-        if not self.path.parent.is_dir():  # a typo in AUTOLOOP_DB made folders anywhere
-            raise StoreError(
-                f"cannot open the ledger at {self.path}: the folder {self.path.parent} does "
-                "not exist; create it, or check AUTOLOOP_HOME/AUTOLOOP_DB"
-            )
         try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
             self._conn = sqlite3.connect(
                 str(self.path), timeout=timeout_s, isolation_level=None, check_same_thread=False
             )

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from ghapp.commands.home import make_redact
+from ghapp.commands.home import init_home, make_redact
+from ghapp.commands.home_ledger import open_ledger
 from ghapp.store.base import StoreError
-from ghapp.store.open import open_store
 from ghapp.store.urls import hide_passwords, passwords_in, shown
 from kernel.model import Rules, SourceSpec
 
@@ -90,7 +90,10 @@ def test_a_sqlite_url_into_a_folder_that_does_not_exist_is_refused_not_made(
 ) -> None:
     """A typo in AUTOLOOP_DB made the folders it named (as whoever ran it) and a ledger
     there, and recorded into it."""
+    home = tmp_path / "home"
+    init_home(home)
     missing = tmp_path / "no" / "such" / "dir"
+    env = {"AUTOLOOP_HOME": str(home), "AUTOLOOP_DB": f"sqlite:///{missing / 'x.db'}"}
     with pytest.raises(StoreError, match=r"the folder .*dir does not exist; create it"):
-        open_store(f"sqlite:///{missing / 'x.db'}")
+        open_ledger(env, home)
     assert not (tmp_path / "no").exists()
