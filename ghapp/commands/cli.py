@@ -15,7 +15,7 @@ import importlib
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TextIO
 
 from kernel.text import for_terminal
@@ -478,14 +478,40 @@ def cmd_answer(args: argparse.Namespace) -> int:
     except ValueError:
         return _die(2, f"choice {args.choice!r} is not a number: give the option's number, e.g. 2")
     by = args.by or os.environ.get("USER") or "cli"
-    out = ctx.hub().answer(args.card, choice, by=by, via="cli")
+    hub = ctx.hub()
+    out = hub.answer(args.card, choice, by=by, via="cli")
     if not out.reply.ok:
         return _die(1, out.reply.message)
+    then = _after_approval(ctx, args.card, hub.outbox.waiting)
     if args.json:
         _print_json({"card": args.card, "choice": choice, "message": out.reply.message})
         return 0
-    _show(f"answered {out.reply.message}; run 'autoloop drain' to resume the agent")
+    _show(f"answered {out.reply.message}; {then or DRAIN_TO_RESUME}")
     return 0
+
+
+DRAIN_TO_RESUME = "run 'autoloop drain' to resume the agent"
+
+
+def _after_approval(ctx: Any, card_id: str, waiting: Mapping[str, str]) -> str:
+    """What became of the write-back an approval card was about ("" for other cards): an
+    approval resumes no agent, and the hint to drain said nothing happened."""
+    from kernel.records import Action, Card  # noqa: PLC0415  # only this path needs them
+
+    with ctx.store.read() as tx:
+        card = tx.get("card", card_id)
+        action = tx.get("action", card.action) if isinstance(card, Card) and card.action else None
+    if not isinstance(action, Action):
+        return ""
+    what = f"the write-back {action.do} ({action.id})"
+    if action.status == "declined":
+        return f"{what} is not made (no agent is resumed by an approval)"
+    if action.status == "done":
+        return f"{what} is made (no agent is resumed by an approval)"
+    if action.status == "failed":
+        return f"{what} failed: {action.error}"
+    who = waiting.get(action.do.split(".", 1)[0])
+    return f"{what} waits to be made: {who}" if who else f"{what} is being made"
 
 
 def cmd_rebuild(args: argparse.Namespace) -> int:

@@ -223,7 +223,7 @@ class PendingApp:
         self._forward: tuple[Callable[[list[Event]], None], Callable[[Event], None]] | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        hub.outbox.waiting.add("github")
+        hub.outbox.waiting["github"] = ""  # this process makes them, once GitHub answers
         server.on_events = self._on_events
         server.on_comment = self._on_comment
 
@@ -271,7 +271,7 @@ class PendingApp:
             comments, self._comments = self._comments, []
             dropped, self._dropped = self._dropped, 0
             self._forward = (on_events, on_comment)
-        self.hub.outbox.waiting.discard("github")
+        self.hub.outbox.waiting.pop("github", None)
         self.known.set()
         log.info(
             "GitHub App %s is known now: write-backs are on (%d held event(s) handed over%s)",

@@ -55,6 +55,12 @@ log = logging.getLogger("autoloop.home")
 
 CHANNEL_ADAPTERS = frozenset({"console", "desktop", "webhook", "github-comment"})
 #: What to do when a channel of the rules cannot be made in this process.
+ACTION_HINTS = {
+    "github": (
+        "'autoloop serve' with the GitHub App (AUTOLOOP_GITHUB_APP_ID and "
+        "AUTOLOOP_GITHUB_PRIVATE_KEY set) makes the GitHub write-backs"
+    ),
+}
 CHANNEL_HINTS = {
     "github-comment": (
         "no GitHub App is connected here; 'autoloop serve' with AUTOLOOP_GITHUB_APP_ID and "
@@ -210,6 +216,7 @@ class Home:
             **kw,  # type: ignore[arg-type]  # callers pass Hub keyword arguments through
         )
         hub.cards.hints.update(CHANNEL_HINTS)
+        hub.outbox.waiting.update(ACTION_HINTS)  # (serve and the Action wire an executor)
         return hub
 
 

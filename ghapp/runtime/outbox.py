@@ -9,12 +9,17 @@ anything else leaves the action allowed for the next sweep.
 
 An action whose executor is missing fails with a notice card, unless its namespace is in
 ``waiting``: an executor that is coming (the GitHub App while the server cannot reach
-GitHub yet to learn who it is). Such an action stays allowed, untouched (no attempt is
-recorded), until the executor is there and a sweep performs it.
+GitHub yet to learn who it is), or one another process has (``autoloop drain``,
+``answer`` and ``work`` leave ``github.*`` to ``autoloop serve``, which holds the App's
+key: an approval answered on the command line used the approval up and failed the
+write-back for good). Such an action stays allowed, untouched (no attempt is recorded),
+until the executor is there and a sweep performs it; the first one of a namespace logs
+one line saying who makes it (``waiting[ns]``).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import threading
@@ -30,6 +35,8 @@ from kernel.records import Action
 from plugins.protocols import ActionFailed, Executor
 
 __all__ = ["ACTION_CLAIM_S", "Outbox", "gone", "performer_name"]
+
+log = logging.getLogger("autoloop.outbox")
 
 # How long a hub's claim on one write-back lasts: longer than any one attempt (every
 # GitHub call has a timeout, and reads are retried a few times), so that another hub
@@ -99,9 +106,11 @@ class Outbox:
         self.store = store
         self.ledger = ledger
         self.executors: dict[str, Executor] = dict(executors or {})
-        # Namespaces ("github") whose executor is not there yet but will be: their actions
-        # wait, allowed, instead of failing for want of an executor.
-        self.waiting: set[str] = set()
+        # Namespaces ("github") whose executor is not here (yet): their actions wait,
+        # allowed, instead of failing for want of an executor; the value says who makes
+        # them ("" when the executor is coming to this process).
+        self.waiting: dict[str, str] = {}
+        self._told: set[str] = set()
         self.redact = redact
         self.cards: Callable[[str], None] = lambda card: None
         self.after: Callable[[Outcome, set[str]], None] = lambda out, sent: None
@@ -149,6 +158,13 @@ class Outbox:
         ns = action.do.split(".", 1)[0]
         executor = self.executors.get(ns)
         if executor is None and ns in self.waiting:
+            who = self.waiting[ns]
+            if who and ns not in self._told:
+                self._told.add(ns)
+                log.warning(
+                    "write-back %s (%s) is not made by this process: %s; it waits in the "
+                    "ledger ('autoloop why %s' shows it)", action.do, action.id, who, action.turn,
+                )  # fmt: skip
             return  # performed by a sweep once its executor is there
         if executor is None:
             out = self.ledger.decide(

@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 
+from ghapp.commands.home import Home
+from kernel.records import Action
 from tests import paths
 
 ROOT = paths.ROOT
@@ -390,3 +392,76 @@ def test_schedules_fire_once_per_tick_and_once_after_a_clock_jump(cli: Cli) -> N
 def test_version_prints_the_installed_version(cli: Cli) -> None:
     out = cli.run("--version").stdout.strip()
     assert out.startswith("autoloop ") and out.split()[1][0].isdigit()
+
+
+WRITER = """\
+import sys
+print("Labelled it and asked to close it.")
+print('```autoloop')
+print('{"actions": [{"do": "github.label", "repo": "acme/web", "number": 1, "labels": ["bug"]},'
+      ' {"do": "github.close", "repo": "acme/web", "number": 1}]}')
+print('```')
+"""
+
+
+def test_write_backs_the_command_line_cannot_make_wait_for_serve_and_approvals_say_so(
+    cli: Cli,
+) -> None:
+    """drain and answer have no GitHub App: each write-back failed for good ("no executor
+    here"), an approval answered on the command line with it, and the answer said to
+    drain to resume an agent no approval resumes."""
+    agent = cli.home.parent / "writer.py"
+    agent.write_text(WRITER)
+    cli.home.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "agents": {"writer": {"use": "command", "command": [sys.executable, str(agent)]}},
+        "rules": [
+            {
+                "name": "r",
+                "on": {"source": "local", "type": "ping"},
+                "agent": "writer",
+                "allow": ["github.label"],
+                "approve": ["github.close"],
+            }
+        ],
+    }
+    (cli.home / "rules.json").write_text(json.dumps(doc))
+    cli.run("init")
+    cli.run("emit", "local", "ping", "acme/web#1", "--id", "e1")
+    drained = cli.run("drain")
+    said = [line for line in drained.stderr.splitlines() if "not made by this process" in line]
+    assert len(said) == 1, drained.stderr
+    assert (
+        "write-back github.label (t1.a0) is not made by this process: 'autoloop serve' "
+        in (said[0])
+    )
+    assert "'autoloop why t1' shows it" in said[0]
+    (card,) = [c for c in cli.json("status")["cards"] if c["state"] == "open"]
+    answered = cli.run("answer", card["id"], "1")
+    assert "the write-back github.close (t1.a1) waits to be made: 'autoloop serve'" in (
+        answered.stdout
+    )
+    assert "autoloop drain" not in answered.stdout
+
+    # The process that has the executor makes each of them, once.
+    ctx = Home.open(env=cli.env(), home=cli.home)
+    try:
+        hub = ctx.hub()
+        made: list[str] = []
+
+        class Recorder:
+            def perform(self, action: Action) -> dict[str, Any]:
+                made.append(action.id)
+                return {"ok": True}
+
+        hub.executors["github"] = Recorder()  # type: ignore[assignment]  # what serve wires
+        hub.sweep_actions()
+        hub.sweep_actions()
+        assert sorted(made) == ["t1.a0", "t1.a1"]
+        with ctx.store.read() as tx:
+            assert {a.id: a.status for a in tx.query("action")} == {
+                "t1.a0": "done",
+                "t1.a1": "done",
+            }
+    finally:
+        ctx.store.close()
