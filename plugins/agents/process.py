@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 GRACE_S = 2.0
-MAX_CAPTURE = 8 * 1024 * 1024  # keep at most this much of each stream
+MAX_CAPTURE = 8 * 1024 * 1024  # keep at most this much of each stream: its head and tail
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -30,6 +30,43 @@ class ProcessResult:
     spawn_error: str | None  # set when the program could not be started at all
     pid: int | None
     first_output_s: float | None  # seconds from spawn to the first byte on stdout
+
+
+class _Capture:
+    """At most :data:`MAX_CAPTURE` bytes of a stream: its first half and its last half,
+    with a line saying how much was left out between them. An agent's receipt ends its
+    output: keeping only the head lost the receipt of an agent that wrote more."""
+
+    def __init__(self, limit: int = MAX_CAPTURE) -> None:
+        self.half = limit // 2
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.dropped = 0
+
+    def add(self, chunk: bytes) -> None:
+        room = self.half - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if not chunk:
+            return
+        self.tail += chunk
+        extra = len(self.tail) - self.half
+        if extra > self.half:  # trimmed now and then, not at every chunk
+            del self.tail[:extra]
+            self.dropped += extra
+
+    def text(self) -> str:
+        extra = len(self.tail) - self.half
+        if extra > 0:
+            del self.tail[:extra]
+            self.dropped += extra
+        gap = (
+            f"\n[autoloop: {self.dropped} bytes of this output are left out here]\n".encode()
+            if self.dropped
+            else b""
+        )
+        return bytes(self.head + gap + self.tail).decode("utf-8", "replace")
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
@@ -86,12 +123,11 @@ def run_process(
     if on_start is not None:
         on_start(proc.pid)
 
-    out_chunks: list[bytes] = []
-    err_chunks: list[bytes] = []
+    out_chunks = _Capture()
+    err_chunks = _Capture()
     first: list[float] = []
 
-    def pump(stream: object, sink: list[bytes], mark_first: bool) -> None:
-        size = 0
+    def pump(stream: object, sink: _Capture, mark_first: bool) -> None:
         read = stream.read1  # type: ignore[attr-defined]  # BufferedReader
         while True:
             chunk: bytes = read(65536)
@@ -99,9 +135,7 @@ def run_process(
                 return
             if mark_first and not first:
                 first.append(time.monotonic() - started)
-            if size < MAX_CAPTURE:
-                sink.append(chunk[: MAX_CAPTURE - size])
-                size += len(chunk)
+            sink.add(chunk)
 
     threads = [
         threading.Thread(target=pump, args=(proc.stdout, out_chunks, True), daemon=True),
@@ -136,8 +170,8 @@ def run_process(
     return ProcessResult(
         argv=args,
         exit_code=proc.returncode,
-        stdout=b"".join(out_chunks).decode("utf-8", "replace"),
-        stderr=b"".join(err_chunks).decode("utf-8", "replace"),
+        stdout=out_chunks.text(),
+        stderr=err_chunks.text(),
         timed_out=timed_out,
         spawn_error=None,
         pid=proc.pid,
