@@ -112,6 +112,19 @@ def finish(ctx: Context, inp: Finish) -> Reply:
     }
     if parsed is None:
         ctx.emit(f.TurnFinished(outcome="no_receipt", **base))
+        if t.kind_ == "repair":  # asked for a receipt, it gave none: the first one is lost
+            ctx.open_card(
+                key=f"receipt/{t.id}",
+                matter=m.id,
+                kind="notice",
+                title="The agent's receipt was malformed and not repaired",
+                text=(
+                    f"Turn {t.id} was asked to rewrite a malformed receipt and ended without "
+                    "one. Nothing was applied."
+                ),
+                turn=t.id,
+                hops=t.hops,
+            )
         return Reply(ok=True, code="finished", message=f"{t.id} ended without a receipt")
     if isinstance(parsed, ReceiptError):
         error = f"malformed receipt: {parsed.message}"  # (the message names the field)

@@ -154,6 +154,25 @@ def test_malformed_twice_raises_a_notice_and_stops() -> None:
     assert card.kind_ == "notice" and "malformed twice" in card.title
 
 
+def test_a_repair_that_gives_no_receipt_raises_a_notice() -> None:
+    """The docs promise a notice when the repair fails too: a repair that printed no
+    receipt at all ended quietly, the first receipt's effects lost without a word."""
+    kn = Kernel(rules_of(rule()))
+    kn.step(k.Ingest(event=ev("1")))
+    t1 = kn.claim("r")
+    assert t1
+    kn.finish(t1, receipt("{not json"))
+    t2 = kn.claim("r")
+    assert t2 and kn.state.turns[t2].kind_ == "repair"
+    kn.finish(t2, "I could not do it.")
+    assert kn.state.turns[t2].outcome == "no_receipt"
+    (card,) = kn.state.cards.values()
+    assert card.kind_ == "notice" and card.title == (
+        "The agent's receipt was malformed and not repaired"
+    )
+    assert kn.claim("r") is None
+
+
 def test_no_receipt_ends_quietly_without_retry() -> None:
     kn = Kernel(rules_of(rule()))
     kn.step(k.Ingest(event=ev("1")))
