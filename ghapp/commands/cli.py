@@ -153,7 +153,7 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_emit(args: argparse.Namespace) -> int:
-    from ghapp.runtime.details import read_details  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+    from ghapp.runtime.details import name_problem, read_details  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
     from kernel.model import Event  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
 
     empty = [name for name in ("source", "type", "id") if not getattr(args, name).strip()]
@@ -161,6 +161,10 @@ def cmd_emit(args: argparse.Namespace) -> int:
         return _die(
             2, f"emit: {empty[0]} must not be empty (e.g. emit local hello.world demo --id 1)"
         )
+    for name in ("source", "type", "id", "subject"):
+        why = name_problem(name, getattr(args, name))
+        if why is not None:
+            return _die(2, f"emit: {why}")
     ctx = _open()
     try:
         details = read_details(args.details)

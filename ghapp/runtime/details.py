@@ -20,10 +20,36 @@ import math
 import sys
 from typing import Any
 
-__all__ = ["MAX_BYTES", "MAX_DEPTH", "DetailsError", "parse_details", "problem", "read_details"]
+__all__ = [
+    "MAX_BYTES",
+    "MAX_DEPTH",
+    "NAME_LIMITS",
+    "DetailsError",
+    "name_problem",
+    "parse_details",
+    "problem",
+    "read_details",
+]
 
 MAX_BYTES = 1 << 20  # 1 MiB: details are data for an agent, not a place for files
 MAX_DEPTH = 64
+#: The longest source, type, id and subject an event from outside may have: they are
+#: keys and names shown on one line (a 100,000-character id made a 2.7 MB status).
+NAME_LIMITS = {"source": 64, "type": 100, "id": 200, "subject": 300}
+
+
+def name_problem(field: str, value: str) -> str | None:
+    """Why an event's ``field`` (source, type, id, subject) cannot be kept, or None:
+    longer than :data:`NAME_LIMITS` says, or holding a control character (a newline in
+    a subject split every line that showed it)."""
+    limit = NAME_LIMITS[field]
+    if len(value) > limit:
+        return f"{field} has {len(value)} characters; at most {limit}"
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+        return f"{field} holds a control character (a newline, a tab...); use plain text"
+    return None
+
+
 _INT_MIN, _INT_END = -(1 << 63), 1 << 64  # what the ledger's encoder takes (i64 and u64)
 
 

@@ -47,7 +47,7 @@ from ghapp.github.manifest import WEBHOOK_PATH
 from ghapp.github.sansio import signature_of
 from ghapp.runtime import crash
 from ghapp.runtime.details import MAX_BYTES as MAX_DETAILS_BYTES
-from ghapp.runtime.details import problem
+from ghapp.runtime.details import name_problem, problem
 from ghapp.runtime.hub import Hub
 from ghapp.runtime.inbox import Inbox, Received
 from ghapp.runtime.ingest import ASIDE_BYTES, IngestQueue
@@ -494,9 +494,10 @@ def create_app(server: Server) -> Starlette:
             return _error(400, 'body needs string fields "id" and "type"')
         named = data.get("subject")
         subject = named if isinstance(named, str) else source
-        if "\x00" in eid or "\x00" in etype or "\x00" in subject:
-            # PostgreSQL's text holds no NUL character, and ids and subjects are keys
-            return _error(400, '"id", "type" and "subject" must not hold NUL characters')
+        for name, value in (("id", eid), ("type", etype), ("subject", subject)):
+            why = name_problem(name, value)  # (NUL among them: PostgreSQL stores none)
+            if why is not None:
+                return _error(400, f'"{name}": {why.removeprefix(name + " ")}')
         details = data.get("details") if isinstance(data.get("details"), dict) else {}
         why = problem(details)
         if why is not None:

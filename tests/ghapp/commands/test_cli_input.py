@@ -148,6 +148,23 @@ def test_numbers_the_ledger_cannot_store_are_refused(home: Home, tmp_path: Path,
 
 
 @pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("local", "x", "s", "--id", "i" * 201), "emit: id has 201 characters; at most 200"),
+        (("local", "x", "s" * 301, "--id", "1"), "emit: subject has 301 characters; at most 300"),
+        (("local", "x", "one\ntwo", "--id", "1"), "emit: subject holds a control character"),
+        (("local", "x\ty", "s", "--id", "1"), "emit: type holds a control character"),
+    ],
+)
+def test_an_events_names_are_bounded_and_on_one_line(
+    home: Home, args: tuple[str, ...], says: str
+) -> None:
+    line = refused(home.run("emit", *args, ok=False), says)
+    assert line.startswith(f"autoloop: {says}")
+    assert events(home) == []
+
+
+@pytest.mark.parametrize(
     ("args", "name"),
     [(("", "x", "s", "--id", "1"), "source"), (("local", " ", "s", "--id", "1"), "type"),
      (("local", "x", "s", "--id", ""), "id")],
@@ -490,15 +507,17 @@ def test_text_from_others_drives_no_terminal(tmp_path: Path) -> None:
         }
     )
     evil = "Crash\x1b[2J\x1b]0;pwned\x07\r on start\u202e"
-    outputs = [h.run("emit", "local", "hello.world", evil, "--id", "e1", "--summary", evil)]
+    # (a subject is a key, refused with control characters: the summary carries them)
+    subject = "Crash on start\u202e"
+    outputs = [h.run("emit", "local", "hello.world", subject, "--id", "e1", "--summary", evil)]
     outputs += [h.run(*argv) for argv in (["drain"], ["status"], ["cards"], ["why", "t1"])]
     for proc in outputs:
         both = proc.stdout + proc.stderr
         assert not any(c in both for c in "\x1b\x07\r\u202e"), (proc.args, both)
     why = outputs[-1].stdout
-    assert "Crash\\x1b[2J\\x1b]0;pwned\\x07\\r on start\\u202e" in why, why
+    assert "Crash on start\\u202e" in why, why
     (event,) = h.json("status")["events"]
-    assert event["subject"] == evil  # the ledger keeps the text as it came
+    assert event["subject"] == subject  # the ledger keeps the text as it came
 
 
 @pytest.mark.parametrize(

@@ -161,6 +161,27 @@ def test_a_source_body_over_a_mebibyte_is_413(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    ("fields", "error"),
+    [
+        ({"id": "i" * 201}, '"id": has 201 characters; at most 200'),
+        ({"subject": "s" * 301}, '"subject": has 301 characters; at most 300'),
+        ({"type": "t" * 101}, '"type": has 101 characters; at most 100'),
+        ({"subject": "line one\nline two"}, '"subject": holds a control character'),
+    ],
+)
+def test_a_source_events_names_are_bounded_and_on_one_line(
+    tmp_path: Path, fields: dict[str, str], error: str
+) -> None:
+    """A 100,000-character id was taken (status grew to 2.7 MB), and a newline in a
+    subject split every line that showed it."""
+    with live_server(tmp_path / "h", RULES, env=ENV, start_worker=False) as live:
+        resp = post_source(live, source_event(**fields))
+        assert resp.status_code == 400, resp.text
+        assert resp.json()["error"].startswith(error)
+        assert events_in(live) == []
+
+
+@pytest.mark.parametrize(
     "fields",
     [{"id": "a\u0000b"}, {"type": "order.\u0000"}, {"subject": "order-\u00007"}],
 )
@@ -172,7 +193,10 @@ def test_a_nul_character_in_a_source_event_key_is_400_on_each_ledger(
     with live_server(tmp_path / "h", RULES, env={**ENV, **ledger_env}, start_worker=False) as live:
         resp = post_source(live, source_event(**fields))
         assert resp.status_code == 400, resp.text
-        assert resp.json()["error"] == '"id", "type" and "subject" must not hold NUL characters'
+        (name,) = fields
+        assert resp.json()["error"] == (
+            f'"{name}": holds a control character (a newline, a tab...); use plain text'
+        )
         assert events_in(live) == []
         # NUL in the text that is kept as data is stored as it came
         ok = post_source(live, source_event(summary="a\u0000b", details={"k\u0000": "v\u0000"}))
