@@ -58,6 +58,15 @@ def failed(
     return AgentResult(started=started, ok=False, error=error, session=session, retry=retry)
 
 
+def last_line(text: str, limit: int = 300) -> str:
+    """The last line of ``text`` that holds anything, at most ``limit`` characters."""
+    for raw in reversed(text.splitlines()):
+        if raw.strip():
+            line = one_line(raw)
+            return line if len(line) <= limit else line[: limit - 1] + "…"
+    return ""
+
+
 def run_reporting_program(argv: list[str], req: AgentRequest, env: dict[str, str]) -> AgentResult:
     """Run a program whose stdout is the final message and which reports via AUTOLOOP_REPORT."""
     report_file = report_path(req)
@@ -74,8 +83,11 @@ def run_reporting_program(argv: list[str], req: AgentRequest, env: dict[str, str
     if proc.timed_out:
         error = f"killed after {req.timeout_s:g} s (the rule's timeout_s)"
     elif proc.exit_code != 0:
-        detail = one_line(proc.stderr) or one_line(proc.stdout)
-        error = f"the agent exited with code {proc.exit_code}" + (f": {detail}" if detail else "")
+        # What it said last on stderr; its stdout is its message (a receipt's closing
+        # fence made a useless reason), kept whole in the turn's output.log.
+        said = last_line(proc.stderr)
+        detail = said or f"nothing on stderr (its output: {req.turn_dir / 'output.log'})"
+        error = f"the agent exited with code {proc.exit_code}: {detail}"
     elif not ok:
         error = "the agent wrote nothing on stdout (its last message is read from there)"
     return AgentResult(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -222,3 +223,30 @@ def test_malformed_reports_are_ignored_field_by_field(tmp_path: Path) -> None:
 def test_the_fakes_are_executables(tmp_path: Path) -> None:
     for name in ("claude", "codex", "plain-agent"):
         assert os.access(FAKES_BIN / name, os.X_OK), name
+
+
+@pytest.mark.parametrize(
+    ("stderr", "reason"),
+    [
+        ("", "nothing on stderr (its output: {dir}/output.log)"),
+        ("starting\nTraceback (most recent call last):\nValueError: no such order\n\n",
+         "ValueError: no such order"),
+    ],
+)  # fmt: skip
+def test_a_failed_exit_gives_the_last_line_it_said_on_stderr(
+    tmp_path: Path, stderr: str, reason: str
+) -> None:
+    """An agent that printed its receipt and exited 1 failed 'with code 1: ```' (the
+    last line of its stdout, the receipt's closing fence)."""
+    script = tmp_path / "agent.py"
+    script.write_text(
+        "import sys\n"
+        "print('```autoloop')\nprint('{}')\nprint('```')\n"
+        f"sys.stderr.write({stderr!r})\n"
+        "sys.exit(1)\n"
+    )
+    req = make_request(tmp_path, make_turn(tmp_path), command=(sys.executable, str(script)))
+    result = CommandAgent().run(req)
+    assert not result.ok and result.exit_code == 1
+    want = reason.format(dir=req.turn_dir)
+    assert result.error == f"the agent exited with code 1: {want}"
