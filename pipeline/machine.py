@@ -156,13 +156,19 @@ def _closed(ctx: Ctx) -> Outcome | None:
 def _guards(ctx: Ctx) -> Outcome | None:
     d, pr, policy = ctx.d, ctx.pr, ctx.policy
     label = policy.labels.deliver if d.mode == "deliver" else policy.labels.review
-    if label.casefold() not in {name.casefold() for name in pr.labels}:
-        ctx.note = f"label {label} removed"
-        return "unlabeled"
-    if d.merge_sha is not None or d.stage in POST_MERGE:
-        return None
     att = d.merge_attempt
     answered_done = att is not None and att.outcome == "done"
+    pre_merge = d.merge_sha is None and d.stage not in POST_MERGE
+    # A merge made or under way is recorded before the label's removal is: a merge
+    # answered after the removal was shown as "Cancelled" on a PR it had merged, with no
+    # merge commit. The removal then stops the following of the deployment.
+    merging = att is not None and att.outcome in ("", "done")
+    labelled = label.casefold() in {name.casefold() for name in pr.labels}
+    if not labelled and not (pre_merge and (pr.merged or merging)):
+        ctx.note = f"label {label} removed"
+        return "unlabeled"
+    if not pre_merge:
+        return None
     ours = answered_done or (pr.merged and bool(pr.bot_login) and pr.merged_by == pr.bot_login)
     if d.mode == "deliver" and (pr.merged or answered_done):
         answer = pr.result(att.key) if att is not None else None

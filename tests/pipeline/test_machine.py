@@ -53,6 +53,22 @@ def test_a_removed_label_cancels_after_the_merge_too() -> None:
     assert step.delivery.stage == "cancelled"
 
 
+def test_a_label_removed_while_the_merge_is_under_way_is_seen_after_the_merge() -> None:
+    """The label went while the merge call was in flight: the delivery was cancelled, and
+    the merge it had made was shown nowhere (no merge commit, "Cancelled")."""
+    drive = Driver(policy=DEPLOYED)
+    (merge,) = of(drive(snap()), Merge)
+    waiting = drive(snap(labels=()), 1)  # the merge's answer is not in yet
+    assert waiting.delivery.stage == "merge"
+    answered = (WriteResult(key=merge.key, outcome="done", merge_commit_sha=MERGED),)
+    merged = drive(snap(results=answered, merged=True, state="closed", labels=()), 2)
+    assert merged.delivery.merge_sha == MERGED
+    assert "merged" in [h.note for h in merged.delivery.history]
+    step = drive(snap(results=answered, merged=True, state="closed", labels=()), 3)
+    assert step.delivery.stage == "cancelled" and step.delivery.merge_sha == MERGED
+    assert len(drive.merges()) == 1
+
+
 def test_a_closed_pr_cancels_and_resolves_its_card() -> None:
     drive = Driver()
     drive(snap(check_runs=()))
