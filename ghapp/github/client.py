@@ -486,8 +486,13 @@ class GitHubClient:
     def labeller(self, repo: str, number: int, label: str) -> str:
         """Who added ``label`` to issue or pull request ``number`` last (its events, read
         to the end); "" when no such event is listed."""
+        return self.label_added(repo, number, label)[0]
+
+    def label_added(self, repo: str, number: int, label: str) -> tuple[str, str]:
+        """(who, when: GitHub's ISO time) of the last ``labeled`` event of ``label`` on
+        issue or pull request ``number``; ("", "") when none is listed."""
         wanted = label.casefold()
-        found = ""
+        found = ("", "")
         for item in self._repo_pages(repo, f"/issues/{int(number)}/events"):
             label_of, actor = item.get("label"), item.get("actor")
             name = label_of.get("name") if isinstance(label_of, dict) else None
@@ -495,7 +500,11 @@ class GitHubClient:
                 continue
             if name.casefold() == wanted:
                 login = actor.get("login") if isinstance(actor, dict) else None
-                found = login if isinstance(login, str) else ""
+                at = item.get("created_at")
+                found = (
+                    login if isinstance(login, str) else "",
+                    at if isinstance(at, str) else "",
+                )
         return found
 
     def create_comment(self, repo: str, number: int, body: str) -> JSON:

@@ -99,6 +99,7 @@ from pipeline import (
     next_in_line,
     start,
 )
+from pipeline.context import instant
 from pipeline.snapshot import PullSnapshot
 from pipeline.stages import LINE_STAGES, POST_MERGE, Mode
 
@@ -234,7 +235,18 @@ class _Start:
     number: int
     head_sha: str
     labels: tuple[str, ...]
-    by: str
+    by: str  # who added the label (a labelled event's sender); "": found labelled later
+
+
+def _added_after(at: str, ended_at: str) -> bool:
+    """Whether a label added at ``at`` (GitHub's time, to the second) came after a run
+    that ended at ``ended_at``; an unknown time did not."""
+    if not at:
+        return False
+    try:
+        return instant(at) >= instant(ended_at).replace(microsecond=0)
+    except ValueError:
+        return True  # (a record without its time: as before, a new run)
 
 
 class Deliveries:
@@ -588,7 +600,14 @@ class Deliveries:
         label = labels.deliver if mode == "deliver" else labels.review
         t = Target(s.repo, s.number)
         try:
-            login, why = refused_label(self.client, t, label, s.by)
+            by = s.by
+            if not by:  # found labelled (a sweep): GitHub's history says who, and when
+                by, at = self.client.label_added(s.repo, s.number, label)
+                if rec is not None and not _added_after(at, rec.updated_at):
+                    # Labelled before the last run ended ("stop this delivery", a closed
+                    # PR): a restart of the server started a new run and merged it.
+                    return set()
+            login, why = refused_label(self.client, t, label, by)
         except Exception as exc:  # GitHub unreachable: the sweeper reconciles the PR later
             log.warning("delivery %s: cannot read who added the label: %s", pid, exc)
             return set()

@@ -286,6 +286,42 @@ def test_a_restart_while_waiting_for_checks_finishes_the_delivery(tmp_path: Path
             assert_delivered(live, gh, number, head)
 
 
+def test_a_delivery_a_person_stopped_stays_stopped_across_a_restart(tmp_path: Path) -> None:
+    """A person answered "stop this delivery", CI passed, then the server restarted: its
+    sweep found the PR still labelled and started a new run, which merged it."""
+    home = tmp_path / "home"
+    with sandbox() as gh:
+        prepare(gh, ci=None)
+        text = policy_text(gh).replace(
+            'review = "none"\n', 'review = "none"\nchecks_timeout = "1s"\n'
+        )
+        gh.world.push("maintainer", "main", {".github/autoloop.toml": text})
+        number, head = open_pr(gh)
+        with serving(gh, home) as live:
+            gh.world.add_label("maintainer", number, "deliver")
+            wait_for("the card", lambda: stage_is(live, gh, number, "blocked"), MERGE_TIMEOUT)
+            card = next(iter(record(live, gh, number).cards.values()))
+            gh.world.comment("maintainer", number, f"/answer {card} 2")
+            wait_for("stopped", lambda: stage_is(live, gh, number, "cancelled"), MERGE_TIMEOUT)
+        gh.world.set_ci({"ci": "success"})
+        gh.world.run_ci(head)
+        assert gh.world.settle()
+        with serving(gh, home) as live:
+            sweeper = next(x for x in live.running.extras if isinstance(x, Sweeper))
+            wait_for("the sweep at start", lambda: sweeper.passes >= 1)
+            sweeper.sweep()
+            runner = next(x for x in live.running.extras if isinstance(x, Deliveries))
+            live.settle()
+            wait_for("the runner to rest", runner.idle)
+            assert stage_is(live, gh, number, "cancelled")
+            assert own(gh, "PUT", "/merge") == 0
+            # A person adds the label again: that is a new run, and it delivers.
+            gh.world.remove_label("maintainer", number, "deliver")
+            gh.world.add_label("maintainer", number, "deliver")
+            wait_for("delivered", lambda: stage_is(live, gh, number, "delivered"), MERGE_TIMEOUT)
+            assert own(gh, "PUT", "/merge") == 1
+
+
 def test_a_failed_deployment_raises_a_card_answered_on_the_pr(tmp_path: Path) -> None:
     with sandbox() as gh, serving(gh, tmp_path / "home") as live:
         prepare(gh)
