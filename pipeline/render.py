@@ -68,6 +68,12 @@ def render(d: Delivery, *, waiting: str, problem: PolicyProblem | None = None) -
         lines += ["", *_card(d.card)]
     elif waiting:
         lines += ["", f"Waiting for {_escape(waiting)}."]
+    if d.stage == "cancelled":  # a reopened PR, or a change of mind: how to go on
+        lines += [
+            "",
+            "To start a new delivery, add its label again (remove it first if the pull "
+            "request still has it).",
+        ]
     lines += ["", *_history(d)]
     summary = "\n".join(lines)
     return Rendered(

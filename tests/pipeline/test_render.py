@@ -83,6 +83,14 @@ def test_endings_complete_the_check_with_their_conclusion() -> None:
     assert ended("delivered", "live").check_title == "Delivered: why"
 
 
+def test_a_cancelled_delivery_says_how_to_start_a_new_one() -> None:
+    """A PR closed and reopened keeps its label and is not delivered: the comment said
+    only "Cancelled: the PR was closed"."""
+    hint = "To start a new delivery, add its label again (remove it first"
+    assert hint in ended("cancelled", "closed").comment_body
+    assert hint not in ended("delivered", "live").comment_body
+
+
 def test_a_policy_problem_names_the_key() -> None:
     problem = PolicyProblem(key="deliver.deploy.matches", message="expected 1 to 100, got 0")
     shown = render(begin(), waiting="a fix", problem=problem)
