@@ -104,6 +104,10 @@ def _code(text: str) -> str:
     return text.replace("`", "'")
 
 
+def _in_repo(subject: str, repo: str) -> bool:
+    return subject.lower() == repo.lower() or subject.lower().startswith(f"{repo.lower()}#")
+
+
 class AnswerDesk:
     """The queue, the background thread and the handling of one ``/answer`` comment."""
 
@@ -207,8 +211,15 @@ class AnswerDesk:
                 f"the number of an option{options}. Nothing was changed.",
             )
         card = self._card(req.card)
-        if card is None or not self._same_repo(card, req.target.repo):
+        subject = self._subject(card) if card is not None else None
+        if card is None or subject is None or not _in_repo(subject, req.target.repo):
             return self._reply(req, f"there is no card {req.card} about {req.target.repo}.")
+        if "#" in subject and subject.lower() != str(req.target).lower():
+            # A mistyped card id stopped someone else's delivery, without a word on either.
+            return self._reply(
+                req,
+                f"card {card.id} is about {subject}: answer it there. Nothing was changed.",
+            )
         out = self.hub.answer(card.id, req.choice, by=req.login, via="github")
         if not out.reply.ok:
             return self._reply(req, f"{out.reply.message}. Nothing was changed.")
@@ -220,16 +231,17 @@ class AnswerDesk:
             card = tx.get("card", card_id)
         return card if isinstance(card, Card) else None
 
-    def _same_repo(self, card: Card, repo: str) -> bool:
+    def _subject(self, card: Card) -> str | None:
+        """What ``card`` is about: ``owner/repo#N``, ``owner/repo``, or another subject."""
         # A delivery pipeline's card: its matter is the pipeline id, deliver/owner/repo#N.
         subject = pipeline_subject(card.matter)
         if subject is None:
             with self.hub.store.read() as tx:
                 matter = tx.get("matter", card.matter)
             if not isinstance(matter, Matter):
-                return False
+                return None
             subject = matter.subject
-        return subject.lower() == repo.lower() or subject.lower().startswith(f"{repo.lower()}#")
+        return subject
 
     def _was_handled(self, req: AnswerRequest) -> bool:
         card = self._card(req.card)

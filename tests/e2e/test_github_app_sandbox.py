@@ -417,6 +417,24 @@ def test_an_answer_about_another_repository_is_refused(tmp_path: Path) -> None:
         assert card_of_subject(r, "acme/web#5").state == "open"
 
 
+def test_an_answer_on_another_issue_of_the_repository_is_refused_and_sent_there(
+    tmp_path: Path,
+) -> None:
+    """A mistyped card id on another issue or PR was taken: it could stop someone else's
+    delivery, with no word on either."""
+    with rig(tmp_path) as r:
+        first = r.gh.world.open_issue("reader", "First")
+        wait_for("the first card", lambda: has_card_comment(r, first))
+        second = r.gh.world.open_issue("reader", "Second")
+        wait_for("the second card", lambda: has_card_comment(r, second))
+        card = card_of(r, first)
+        r.gh.world.comment("maintainer", second, f"/answer {card.id} 1")
+        wait_for("the reply", lambda: len(replies(r, second)) == 1)
+        said = replies(r, second)[0]["body"]
+        assert f"card {card.id} is about {r.repo}#{first}: answer it there." in said
+        assert card_of(r, first).state == "open"
+
+
 def card_of_subject(r: Rig, subject: str) -> Card | None:
     with r.live.hub.store.read() as tx:
         for card in tx.query("card"):
