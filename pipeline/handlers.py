@@ -14,7 +14,12 @@ from pipeline.delivery import Attempt, Reviewed
 from pipeline.effects import MarkReady, PostReview, RequestReview
 from pipeline.errors import PipelineError
 from pipeline.stages import CARDS, Outcome
-from pipeline.verdicts import checks_verdict, merge_readiness, review_verdict
+from pipeline.verdicts import (
+    checks_verdict,
+    deployment_verdict,
+    merge_readiness,
+    review_verdict,
+)
 
 __all__ = ["blocked", "checks", "conflict", "names", "ready", "review", "reviewed"]
 
@@ -204,6 +209,17 @@ def blocked(ctx: Ctx) -> Outcome:
             att = d.merge_attempt
             ctx.set(merge_sha=pr.merge_commit_sha or (att.sha if att else d.head_sha))
         return outcome
+    # What the card waits for may come about without a person (a check that reported
+    # after the deadline, a deployment run again): the card was left open, the check run
+    # spinning, until someone answered "wait again".
+    if card.kind == "checks_timeout" and checks_verdict(pr, ctx.policy).kind == "passed":
+        ctx.note = "the required checks passed after all: the card is not needed"
+        return "wait_checks"
+    deploy = ctx.policy.deploy
+    late = card.kind in ("deploy_failed", "deploy_timeout") and deploy is not None
+    if late and deploy is not None and deployment_verdict(pr, deploy).kind == "deployed":
+        ctx.note = "a deployment succeeded after all: the card is not needed"
+        return "wait_deploy"
     if card.kind == "conflict":
         ctx.wait("webhook", f"a push that resolves the conflicts with {pr.base_ref}")
     else:

@@ -69,6 +69,18 @@ def test_a_label_removed_while_the_merge_is_under_way_is_seen_after_the_merge() 
     assert len(drive.merges()) == 1
 
 
+def test_checks_that_pass_after_their_card_resolve_the_card_and_go_on() -> None:
+    """A check reported after the deadline: the card stayed open and the check run
+    spinning until someone answered "wait for the checks again"."""
+    drive = Driver()
+    drive(snap(check_runs=()))
+    (card,) = of(drive(snap(check_runs=()), 120), RaiseCard)
+    step = drive(snap(), 121)  # the required check is in, green
+    assert [r.card for r in of(step, ResolveCard)] == [card.card]
+    assert step.delivery.card is None and step.delivery.stage == "merge"
+    assert len(of(step, Merge)) == 1
+
+
 def test_a_closed_pr_cancels_and_resolves_its_card() -> None:
     drive = Driver()
     drive(snap(check_runs=()))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from pipeline.effects import Merge, ProbeVersion, Progress, RaiseCard
+from pipeline.effects import Merge, ProbeVersion, Progress, RaiseCard, ResolveCard
 from pipeline.policy import Policy
 from pipeline.snapshot import (
     CardAnswer,
@@ -142,6 +142,19 @@ def test_a_failed_deployment_raises_a_card_and_nothing_is_merged_again() -> None
         after(deployments=deployed("failure"), answer=CardAnswer(card=card.card, choice=1)), 20
     )
     assert again.delivery.stage == "blocked"  # the same failure blocks again at once
+    assert len(drive.merges()) == 1
+
+
+def test_a_deployment_that_succeeds_after_its_card_resolves_the_card_and_goes_on() -> None:
+    """The deployment failed, a person ran it again and it succeeded: the card stayed
+    open and the comment said "Blocked at deployment" until someone answered it."""
+    drive = merged_pr()
+    (card,) = of(drive(after(deployments=deployed("failure")), 9), RaiseCard)
+    step = drive(after(deployments=(*deployed("failure"), *deployed(id=4243))), 12)
+    assert [r.card for r in of(step, ResolveCard)] == [card.card]
+    assert step.delivery.card is None and step.delivery.stage == "live_version"
+    notes = [h.note for h in step.delivery.history]
+    assert "a deployment succeeded after all: the card is not needed" in notes
     assert len(drive.merges()) == 1
 
 
