@@ -578,10 +578,31 @@ class Deliveries:
 
     # -- starting ----------------------------------------------------------------------
 
+    def _deliver_while_reviewing(self, s: _Start) -> None:
+        """``deliver`` added while a review-only delivery runs: it was ignored without a
+        word (one run at a time per pull request). Say how to deliver it, once."""
+        try:
+            policy = self._policy(s.repo)
+            labels = policy.labels if isinstance(policy, Policy) else Policy().labels
+            if labels.deliver.casefold() not in {n.casefold() for n in s.labels}:
+                return
+            why = (
+                f"a review-only delivery (`{labels.review}`) runs on this pull request; "
+                f"remove `{labels.review}`, then add `{labels.deliver}` again"
+            )
+            t = Target(s.repo, s.number)
+            say_refused(
+                self.client, self.bot_login, t, labels.deliver, login=s.by, why=why, then=""
+            )
+        except Exception as exc:  # the reply is a courtesy: GitHub's trouble stops nothing
+            log.warning("delivery %s#%d: could not reply: %s", s.repo, s.number, exc)
+
     def _start(self, s: _Start) -> set[str]:
         pid = pipeline_id(s.repo, s.number)
         rec = self._record(pid)
         if rec is not None and not rec.ended:
+            if rec.data.get("mode") == "review" and s.by:
+                self._deliver_while_reviewing(s)
             return set()  # already on its way: the wake recorded for the event moves it
         try:
             policy = self._policy(s.repo)

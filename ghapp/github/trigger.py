@@ -40,14 +40,21 @@ def refused_label(client: GitHubClient, t: Target, label: str, sender: str) -> t
 
 
 def say_refused(
-    client: GitHubClient, bot_login: str, t: Target, label: str, *, login: str, why: str
+    client: GitHubClient,
+    bot_login: str,
+    t: Target,
+    label: str,
+    *,
+    login: str,
+    why: str,
+    then: str = " A person with write access can add it again.",
 ) -> None:
     """Log the refusal and say it on the pull request, once per label and person."""
     log.warning("delivery %s: the %r label was not taken: %s", t, label, why)
     mark = marker("refused", f"{label.casefold()}.{login.lower() or '-'}")
     text = (
         f"{mark}\n{f'@{login}: ' if login else ''}the `{label}` label did not start a "
-        f"delivery: {why}. A person with write access can add it again."
+        f"delivery: {why}.{then}"
     )
     try:
         if find_marked(client.list_issue_comments(t.repo, t.number), mark, bot_login) is None:

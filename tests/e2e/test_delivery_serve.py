@@ -236,6 +236,29 @@ def test_deliver_review_with_no_review_asked_reviews_and_never_merges(tmp_path: 
         assert not gh.sandbox.state.repos[gh.repo].pulls[number].merged
 
 
+def test_deliver_added_during_a_review_only_run_gets_a_reply_saying_how(
+    tmp_path: Path,
+) -> None:
+    """deliver-review, then deliver: the second label was ignored without a word."""
+    with sandbox() as gh, serving(gh, tmp_path / "home") as live:
+        prepare(gh)
+        number, _ = open_pr(gh)
+        gh.world.add_label("maintainer", number, "deliver-review")
+        wait_for("reviewed", lambda: stage_is(live, gh, number, "reviewed"), MERGE_TIMEOUT)
+        gh.world.add_label("maintainer", number, "deliver")
+        wait_for("the reply", lambda: len(refusals(gh, number)) == 1)
+        assert (
+            "a review-only delivery (`deliver-review`) runs on this pull request; remove "
+            "`deliver-review`, then add `deliver` again"
+        ) in refusals(gh, number)[0]
+        gh.world.remove_label("maintainer", number, "deliver-review")
+        wait_for("cancelled", lambda: stage_is(live, gh, number, "cancelled"), MERGE_TIMEOUT)
+        gh.world.remove_label("maintainer", number, "deliver")
+        gh.world.add_label("maintainer", number, "deliver")
+        wait_for("delivered", lambda: stage_is(live, gh, number, "delivered"), MERGE_TIMEOUT)
+        assert own(gh, "PUT", "/merge") == 1
+
+
 def test_removing_the_label_mid_flight_cancels_without_a_merge(tmp_path: Path) -> None:
     with sandbox() as gh, serving(gh, tmp_path / "home") as live:
         prepare(gh, ci=None)  # the required check "ci" never reports
