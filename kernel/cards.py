@@ -46,6 +46,13 @@ def answer(ctx: Context, inp: Answer) -> Reply:
         return Reply(
             ok=False, code="refused", message=f"card {c.id} is a notice; it takes no answer"
         )
+    if c.state != "open" and c.choice is None:  # resolved, or closed, before any answer
+        return Reply(
+            ok=False,
+            code="refused",
+            message=f"card {c.id} was {c.state} without an answer (what it asked about moved "
+            "on, e.g. a new push); it takes no answer now",
+        )
     if c.state != "open":
         prev = c.options[c.choice - 1] if c.choice and c.choice <= len(c.options) else "?"
         by = f" by {c.answered_by}" if c.answered_by else ""

@@ -118,6 +118,26 @@ def test_self_waking_chain_stops_after_max_hops_with_one_card() -> None:
     assert len(hop_cards) == 1
 
 
+def test_an_answer_to_a_card_resolved_before_any_answer_says_so() -> None:
+    """A card closed when what it asked about moved on (a push) was answered "already
+    answered ('?')": there was no answer, and no '?' option."""
+    kn = Kernel(rules_of(rule()))
+    kn.step(k.Ingest(event=ev("1")))
+    t1 = kn.claim("r")
+    assert t1
+    kn.finish(t1, ASK)
+    card = next(iter(kn.state.cards.values()))
+    kn.step(k.Ingest(event=ev("2")))
+    t2 = kn.claim("r")
+    assert t2
+    kn.finish(t2, receipt(f'{{"resolve": ["{card.key}"]}}'))
+    assert kn.state.cards[card.id].state != "open"
+    late = kn.step(k.Answer(card=card.id, choice=1, by="me")).reply
+    assert (late.ok, late.code) == (False, "refused")
+    assert late.message.startswith(f"card {card.id} was ")
+    assert "without an answer" in late.message and "'?'" not in late.message
+
+
 def test_malformed_receipt_gets_one_repair_turn_in_the_same_session() -> None:
     kn = Kernel(rules_of(rule()))
     kn.step(k.Ingest(event=ev("1")))
