@@ -322,6 +322,11 @@ class Hub:
                 row = tx.get("event", f"{seq:012d}")
                 if isinstance(row, EventRow):
                     events.append(row)
+            waiting = [
+                c
+                for c in tx.query("card", matter=turn.matter, states=["open"])
+                if isinstance(c, Card) and c.kind_ == "ask"
+            ]
             if turn.repair_of:
                 prev = tx.get("turn", turn.repair_of)
                 if isinstance(prev, Turn):
@@ -343,6 +348,7 @@ class Hub:
                     events,
                     repair_error=repair_error,
                     redact=self.redact,
+                    open_cards=waiting,
                 )
             except Exception as exc:  # e.g. a full disk, or turns/ is not a folder
                 # The agent never ran: the turn ends failed (and is retried, in a fresh

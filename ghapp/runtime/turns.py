@@ -14,7 +14,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +22,7 @@ from kernel import inputs as k
 from kernel.codec import to_data
 from kernel.model import AgentSpec, Rule, Rules
 from kernel.prompt import build_context, build_prompt
-from kernel.records import EventRow, Turn
+from kernel.records import Card, EventRow, Turn
 from plugins.protocols import AgentRequest, AgentResult
 
 log = logging.getLogger("autoloop.turns")
@@ -46,6 +46,7 @@ def prepare(
     *,
     repair_error: str = "",
     redact: Redact = lambda s: s,
+    open_cards: Sequence[Card] = (),
 ) -> PreparedTurn:
     folder = home / "turns" / turn.id
     data = folder / "data"
@@ -63,6 +64,12 @@ def prepare(
         (folder / name).write_text(redact(json.dumps(record, indent=2, ensure_ascii=False)))
         names.append(name)
     context = build_context(rules, rule, turn, events, names)
+    # A new event of the matter runs a turn while a question of an earlier one waits:
+    # the agent is told which (its own words), so that it does not ask again.
+    context["open_cards"] = [
+        {"card": c.id, "key": c.key, "kind": c.kind_, "title": c.title, "options": list(c.options)}
+        for c in open_cards
+    ]
     (folder / "context.json").write_text(json.dumps(context, indent=2))
     prompt = build_prompt(rules, rule, turn, events, names, repair_error=repair_error)
     (folder / "prompt.txt").write_text(prompt)

@@ -465,3 +465,24 @@ def test_write_backs_the_command_line_cannot_make_wait_for_serve_and_approvals_s
             }
     finally:
         ctx.store.close()
+
+
+def test_a_turn_run_while_a_question_waits_is_told_of_it(cli: Cli) -> None:
+    """A new event of a matter runs a turn while the card of an earlier one waits for its
+    answer; the agent was not told, and could only ask again."""
+    cli.rules([one_rule("ask")])
+    cli.run("emit", "local", "ping", "x", "--id", "e1")
+    cli.run("drain")
+    cli.run("emit", "local", "ping", "x", "--id", "e2")
+    cli.run("drain")
+    first, second = (run["context"] for run in cli.agent_runs())
+    assert first["open_cards"] == []
+    assert second["open_cards"] == [
+        {
+            "card": "c1",
+            "key": "pick",
+            "kind": "ask",
+            "title": "Pick one",
+            "options": ["a", "b", "c"],
+        }
+    ]
