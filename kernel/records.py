@@ -58,6 +58,7 @@ class Matter:
     # an event into a matter costs the same however many wait there already; the
     # matter only says whether any wait.
     waiting: bool = False
+    since: int = 0  # the seq of the oldest event waiting: matters run in arrival order
     running: str | None = None  # the turn running now
     hops: int = 0  # hops of the last batch
     repair: str | None = None  # a turn whose malformed receipt must be rewritten

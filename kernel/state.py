@@ -95,7 +95,7 @@ def _event_recorded(st: State, fact: f.EventRecorded) -> set[Key]:
         move("matter", mid, m.phase, "EventRecorded")
         touched.add(st.put(Queued(matter=mid, seq=fact.seq)))
         if not m.waiting:
-            touched.add(st.put(_r(m, waiting=True)))
+            touched.add(st.put(_r(m, waiting=True, since=fact.seq)))
     return touched
 
 

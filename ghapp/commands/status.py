@@ -88,6 +88,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "matter": {
         "agent_session": None,
         "waiting": False,
+        "since": 0,
         "running": None,
         "hops": 0,
         "repair": None,

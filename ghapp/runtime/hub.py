@@ -257,6 +257,9 @@ class Hub:
             want = spec.worker if spec else "any"
             if want in ("any", worker) or worker == "*":
                 out.append(m)
+        # The oldest waiting first (a retry or a repair before any), not by name: a
+        # matter named late in the alphabet waited behind every newer one.
+        out.sort(key=lambda m: (m.since if m.waiting and not (m.retry or m.repair) else 0, m.id))
         return out
 
     def lease_s(self, timeout_s: float) -> int:

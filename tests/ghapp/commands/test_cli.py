@@ -486,3 +486,14 @@ def test_a_turn_run_while_a_question_waits_is_told_of_it(cli: Cli) -> None:
             "options": ["a", "b", "c"],
         }
     ]
+
+
+def test_matters_run_in_the_order_their_events_came(cli: Cli) -> None:
+    """drain (and the worker) ran matters by name: a matter named late in the alphabet
+    waited behind every newer one."""
+    cli.rules([one_rule("silent", parallel=True)])
+    for n, subject in enumerate(("zzz", "aaa", "mmm")):
+        cli.run("emit", "local", "ping", subject, "--id", f"e{n}")
+    cli.run("drain")
+    subjects = [run["context"]["matter"] for run in cli.agent_runs()]
+    assert [s.rsplit("/", 1)[-1] for s in subjects] == ["zzz", "aaa", "mmm"], subjects
