@@ -205,6 +205,7 @@ class Hub:
         self._usage = UsageMeter()  # today's spend, read incrementally from the facts
         self._usage_lock = threading.Lock()
         self.wake_at: datetime | None = None  # when the last tick asked for the next one
+        self._orphans_told: set[str] = set()  # matters said to wait for a rule that is gone
 
     # -- inputs ---------------------------------------------------------------------------
 
@@ -252,6 +253,13 @@ class Hub:
         for m in ms:
             rule = rules.rule(m.rule)
             if rule is None:
+                if m.id not in self._orphans_told:  # once a process, not every pass
+                    self._orphans_told.add(m.id)
+                    log.warning(
+                        "matter %s waits for rule %r, which the rules no longer have: its "
+                        "events wait in the ledger until a rule of that name is back",
+                        m.id, m.rule,
+                    )  # fmt: skip
                 continue
             spec = rules.agents.get(rule.agent)
             want = spec.worker if spec else "any"

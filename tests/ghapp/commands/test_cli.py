@@ -497,3 +497,16 @@ def test_matters_run_in_the_order_their_events_came(cli: Cli) -> None:
     cli.run("drain")
     subjects = [run["context"]["matter"] for run in cli.agent_runs()]
     assert [s.rsplit("/", 1)[-1] for s in subjects] == ["zzz", "aaa", "mmm"], subjects
+
+
+def test_events_waiting_for_a_rule_that_is_gone_are_said_to(cli: Cli) -> None:
+    """A rule renamed or removed while its events waited: they waited for ever, and
+    nothing said so."""
+    cli.rules([one_rule("silent")])
+    cli.run("emit", "local", "ping", "x", "--id", "e1")
+    cli.rules([{**one_rule("silent"), "name": "renamed"}])
+    drained = cli.run("drain")
+    said = [line for line in drained.stderr.splitlines() if "waits for rule" in line]
+    assert len(said) == 1, drained.stderr
+    assert "matter r waits for rule 'r', which the rules no longer have" in said[0]
+    assert cli.agent_runs() == []
