@@ -378,6 +378,11 @@ def why_lines(store: Any, turn_id: str) -> list[str]:
 def cmd_why(args: argparse.Namespace) -> int:
     ctx = _open()
     trail = why_trail(ctx.store, args.turn)
+    if trail is None and (turn := _turn_of_card(ctx, args.turn)):
+        if not args.json:
+            _show(f"card {args.turn} was raised by turn {turn}:")
+        args.turn = turn  # a card's story is its turn's
+        trail = why_trail(ctx.store, turn)
     if trail is None:
         return _why_delivery(ctx, args)
     if args.json:
@@ -386,6 +391,16 @@ def cmd_why(args: argparse.Namespace) -> int:
     for line in why_lines(ctx.store, args.turn):
         _show(line)
     return 0
+
+
+def _turn_of_card(ctx: Home, card_id: str) -> str:
+    """The turn that raised card ``card_id`` ("" when it is no such card, or a card no
+    turn raised: a delivery's, an owner notice)."""
+    from kernel.records import Card  # noqa: PLC0415  # imported late: only this path needs it
+
+    with ctx.store.read() as tx:
+        card = tx.get("card", card_id)
+    return card.turn or "" if isinstance(card, Card) else ""
 
 
 def _why_delivery(ctx: Home, args: argparse.Namespace) -> int:
@@ -400,8 +415,8 @@ def _why_delivery(ctx: Home, args: argparse.Namespace) -> int:
             )
         return _die(
             1,
-            f"no turn {args.turn!r}; give a turn id or a delivery as owner/repo#N "
-            "('autoloop status' lists both)",
+            f"no turn {args.turn!r}; give a turn id, a card id or a delivery as owner/repo#N "
+            "('autoloop status' lists them)",
         )
     if args.json:
         _print_json(story)

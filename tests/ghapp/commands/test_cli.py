@@ -510,3 +510,16 @@ def test_events_waiting_for_a_rule_that_is_gone_are_said_to(cli: Cli) -> None:
     assert len(said) == 1, drained.stderr
     assert "matter r waits for rule 'r', which the rules no longer have" in said[0]
     assert cli.agent_runs() == []
+
+
+def test_why_a_card_tells_the_turn_that_raised_it(cli: Cli) -> None:
+    """'autoloop why c1' said "no turn 'c1'": only turn ids were taken."""
+    cli.rules([one_rule("ask")])
+    cli.run("emit", "local", "ping", "x", "--id", "e1")
+    cli.run("drain")
+    told = cli.run("why", "c1").stdout
+    assert told.startswith("card c1 was raised by turn t1:\nturn t1 ")
+    assert cli.json("why", "c1")["turn"] == "t1"
+    missing = cli.run("why", "c9", ok=None)
+    assert missing.returncode == 1
+    assert "give a turn id, a card id or a delivery" in missing.stderr
