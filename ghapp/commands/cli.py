@@ -520,6 +520,9 @@ def _after_approval(ctx: Any, card_id: str, waiting: Mapping[str, str]) -> str:
     with ctx.store.read() as tx:
         card = tx.get("card", card_id)
         action = tx.get("action", card.action) if isinstance(card, Card) and card.action else None
+        delivery = isinstance(card, Card) and tx.get("pipeline", card.matter) is not None
+    if delivery:  # no agent to resume: the delivery's runner reads the answer
+        return "'autoloop serve' moves the delivery on (no drain needed)"
     if not isinstance(action, Action):
         return ""
     what = f"the write-back {action.do} ({action.id})"

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from ghapp.commands.home import Home
+from kernel import inputs as k
 from kernel.records import Action
 from tests import paths
 
@@ -523,3 +524,27 @@ def test_why_a_card_tells_the_turn_that_raised_it(cli: Cli) -> None:
     missing = cli.run("why", "c9", ok=None)
     assert missing.returncode == 1
     assert "give a turn id, a card id or a delivery" in missing.stderr
+
+
+def test_answering_a_deliverys_card_says_serve_moves_it_on(cli: Cli) -> None:
+    """A delivery's card answered on the command line said to drain to resume an agent:
+    there is none; the server's delivery runner reads the answer."""
+    cli.rules([one_rule("silent")])
+    ctx = Home.open(env=cli.env(), home=cli.home)
+    try:
+        ask = k.CardSpec(key="checks_timeout", title="Checks?", options=("wait", "stop"))
+        advance = k.Advance(
+            pipeline="deliver/acme/web#1",
+            subject="acme/web#1",
+            version=0,
+            stage="blocked",
+            data={},
+            cards=(ask,),
+        )
+        out = ctx.hub().ledger.decide(advance)
+        (card,) = out.reply.data["cards"].values()
+    finally:
+        ctx.store.close()
+    said = cli.run("answer", card, "1").stdout
+    assert "'autoloop serve' moves the delivery on (no drain needed)" in said
+    assert "autoloop drain" not in said
