@@ -285,6 +285,12 @@ class Reader:
             command: tuple[str, ...] = ()
             if "command" in spec:
                 command = self.strings(spec["command"], f"{at}.command")
+            if use != "command" and "command" in spec:  # it was ignored without a word
+                self.fail(
+                    f'"command" is read only by agents with "use": "command"; a "{use}" '
+                    'agent runs its own program (name it with "binary")',
+                    field=f"{at}.command",
+                )
             if use == "command" and not command:
                 self.fail(
                     'a "command" agent needs "command": a non-empty list of strings, '

@@ -443,6 +443,12 @@ ERRORS: list[tuple[str, Mutation, str]] = [
         _set("agents.coder.worker", 3),
         'rules.json: field "agents.coder.worker": must be a string, got the number 3',
     ),
+    (  # it was ignored without a word: the agent ran its own program
+        "command on an agent that is not a command agent",
+        _set("agents.coder.command", ["python3", "agent.py"]),
+        'rules.json: field "agents.coder.command": "command" is read only by agents with '
+        '"use": "command"; a "claude" agent runs its own program (name it with "binary")',
+    ),
     (
         "command agent without command",
         _drop("agents.script.command"),
