@@ -283,8 +283,15 @@ class Hub:
         with self._usage_lock, self.store.read() as tx:
             self._usage.refresh(tx)
             used = self._usage.usage(start, end)
-            told = {c.key for c in tx.query("card", matter=OWNER_MATTER) if isinstance(c, Card)}
+            owner = [c for c in tx.query("card", matter=OWNER_MATTER) if isinstance(c, Card)]
+        told = {c.key for c in owner}
         notice = cap_notice(rules, now, used)
+        # A cap card whose day is over (or whose cap was raised) says nothing true now:
+        # it stayed open after turns ran again.
+        for card in owner:
+            stale = notice is None or card.key != notice.key
+            if card.key.startswith("budget/") and card.state == "open" and stale:
+                self.dismiss(card.id, by="autoloop")
         if notice is None:
             return False
         if notice.key not in told:

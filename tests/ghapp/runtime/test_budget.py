@@ -106,6 +106,8 @@ def test_the_next_local_day_releases_the_queue_and_counts_afresh(home: Home) -> 
     assert st["usage"]["today"]["turns"] == 1  # the new day counts only its own turn
     assert st["usage"]["week"]["turns"] == 2
     assert [c["key"] for c in budget_cards(st)] == ["budget/2026-11-30"]
+    # yesterday's card says nothing true any more: it stayed open after turns ran again
+    assert [c["state"] for c in budget_cards(st)] == ["closed"]
 
 
 def test_the_token_cap_holds_agents_that_report_no_cost(home: Home) -> None:
