@@ -234,8 +234,20 @@ class Reviews:
         (folder / "output.log").write_text(self.hub.redact(result.output or result.final_message))
         scrub_folder(folder, self.hub.redact)
         if not result.ok:
+            # What the agent said (its stderr: paths, hosts, a stack) is the operator's, in
+            # the log and the folder's output.log; the PR reads what happened, not that.
             error = result.error or "the agent failed"
-            return self._failed(job, ("timed out: " if result.timed_out else "") + error)
+            log.warning("review %s of %s failed: %s", job.pipeline, job.head_sha,
+                        self.hub.redact(error))  # fmt: skip
+            if result.timed_out:
+                public = f"it timed out after {self.timeout_s:g} s"
+            elif not result.started:
+                public = "it could not start"
+            elif result.exit_code:
+                public = f"it exited with code {result.exit_code}"
+            else:
+                public = "it failed"
+            return self._failed(job, f"{public} (the server's log says why)")
         parsed = parse_findings(result.final_message)
         if isinstance(parsed, str):
             return self._failed(job, parsed)

@@ -153,7 +153,11 @@ def _reviewed_head(live: Any, gh: SandboxHandle, number: int, head: str) -> bool
 
 def test_a_failing_review_agent_raises_the_pipelines_card(tmp_path: Path) -> None:
     script = tmp_path / "broken.py"
-    script.write_text("import sys\nprint('no review here')\nsys.exit(3)\n")
+    # what it says on stderr (a host, a path) is the operator's, not the PR's readers'
+    script.write_text(
+        "import sys\nprint('no review here')\n"
+        "sys.stderr.write('cannot reach db.internal.example:5432\\n')\nsys.exit(3)\n"
+    )
     agents: dict[str, Any] = {
         "demo": {"use": "demo"},
         "broken": {"use": "command", "command": [sys.executable, str(script)]},
@@ -170,7 +174,12 @@ def test_a_failing_review_agent_raises_the_pipelines_card(tmp_path: Path) -> Non
             wait_for("blocked", lambda: stage_is(live, gh, number, "blocked"), MERGE_TIMEOUT)
             rec = record(live, gh, number)
             assert "review" in rec.data["card"]["key"], rec.data["card"]
-            assert "exited with code 3" in rec.data["findings"]["error"]
+            assert rec.data["findings"]["error"] == (
+                "it exited with code 3 (the server's log says why)"
+            )
+            assert "db.internal" not in json.dumps(rec.data)
+            assert not [c for c in gh.world.state.repos[gh.repo].comments.values()
+                        if "db.internal" in c.body]  # fmt: skip
             assert bot_reviews(gh, number) == []
             assert own(gh, "PUT", "/merge") == 0
             gh.world.set_app_url(None)
