@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
 
-from ghapp.github.client import GitHubClient
+from ghapp.github.client import WRITERS, GitHubClient
 from ghapp.github.deliveries import pipeline_subject
 from ghapp.github.errors import AmbiguousWrite
 from ghapp.github.executor import Target, find_marked, marker, subject_target
@@ -62,7 +62,6 @@ ANSWER_LINE = re.compile(r"^[ \t]*/answer[ \t]+(c[0-9]{1,12})[ \t]+([0-9]{1,6})\
 # gets a reply saying how to answer, where it got none and the person waited.
 ANSWER_TRIED = re.compile(r"^[ \t]*/answer\b[^\n]{0,80}", re.I | re.M)
 _CARD_WORD = re.compile(r"\b(c[0-9]{1,12})\b", re.I)
-WRITERS = frozenset({"admin", "write"})  # the client reports "maintain" as "write"
 SWEEP_EVENTS = 5000  # the sweep looks at most at this many of the newest events
 SWEEP_WINDOW = timedelta(days=3)
 

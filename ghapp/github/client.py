@@ -89,6 +89,9 @@ _PERMISSION = {
     "read": "read",
     "none": "none",
 }
+#: The permissions (as get_collaborator_permission reports them) that may answer cards and
+#: start deliveries: "maintain" is reported as "write".
+WRITERS = frozenset({"admin", "write"})
 _REPO = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 MARK_READY = """
 mutation MarkReady($id: ID!) {

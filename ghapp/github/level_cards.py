@@ -26,15 +26,14 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from ghapp.github.client import GitHubClient
+from ghapp.github.client import WRITERS, GitHubClient
 from ghapp.github.executor import GitHubExecutor
 from ghapp.github.writes import Target, find_marked, login_of, marker
 from pipeline import CARDS, CardAnswer, Delivery
 
-__all__ = ["ANSWER_SLACK", "DELIVERY_ANSWER", "WRITERS", "CardAnswers", "card_name"]
+__all__ = ["ANSWER_SLACK", "DELIVERY_ANSWER", "CardAnswers", "card_name"]
 
 ANSWER_SLACK = timedelta(minutes=2)  # the runner's clock and GitHub's may differ a little
-WRITERS = frozenset({"admin", "write"})  # the client reports "maintain" as "write"
 DELIVERY_ANSWER = re.compile(r"^[ \t]*/answer[ \t]+(d[0-9]{1,6})[ \t]+([0-9]{1,6})\b", re.I | re.M)
 
 JSON = dict[str, Any]

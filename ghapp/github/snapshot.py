@@ -48,7 +48,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal, TypeGuard
 
-from ghapp.github.client import GitHubClient
+from ghapp.github.client import WRITERS, GitHubClient
 from ghapp.github.errors import Forbidden, NotFound, Unprocessable
 from ghapp.github.readcache import CONTAINS, DEFAULT_CACHE, ReadCache
 from pipeline.delivery import Delivery
@@ -69,7 +69,6 @@ from pipeline.snapshot import (
 __all__ = ["DEPLOYMENTS_READ", "Extras", "read_policy", "read_snapshot"]
 
 DEPLOYMENTS_READ = 10  # the newest deployments of the environment looked at
-WRITERS = frozenset({"admin", "write"})  # the client reports "maintain" as "write"
 _DECISIVE = frozenset({"APPROVED", "CHANGES_REQUESTED", "DISMISSED"})
 
 JSON = Mapping[str, Any]

@@ -14,15 +14,13 @@ from __future__ import annotations
 
 import logging
 
-from ghapp.github.client import GitHubClient
+from ghapp.github.client import WRITERS, GitHubClient
 from ghapp.github.errors import GitHubError
 from ghapp.github.writes import Target, find_marked, marker
 
-__all__ = ["WRITERS", "refused_label", "say_refused"]
+__all__ = ["refused_label", "say_refused"]
 
 log = logging.getLogger("autoloop.deliveries")
-
-WRITERS = frozenset({"admin", "write"})  # the client reports "maintain" as "write"
 
 
 def refused_label(client: GitHubClient, t: Target, label: str, sender: str) -> tuple[str, str]:

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from typing import Any
 
 __all__ = [
+    "CONTROL",
     "MAX_BYTES",
     "MAX_DEPTH",
     "NAME_LIMITS",
@@ -33,6 +35,7 @@ __all__ = [
 
 MAX_BYTES = 1 << 20  # 1 MiB: details are data for an agent, not a place for files
 MAX_DEPTH = 64
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # a control character: no key or name holds one
 #: The longest source, type, id and subject an event from outside may have: they are
 #: keys and names shown on one line (a 100,000-character id made a 2.7 MB status).
 NAME_LIMITS = {"source": 64, "type": 100, "id": 200, "subject": 300}
@@ -45,7 +48,7 @@ def name_problem(field: str, value: str) -> str | None:
     limit = NAME_LIMITS[field]
     if len(value) > limit:
         return f"{field} has {len(value)} characters; at most {limit}"
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+    if CONTROL.search(value):
         return f"{field} holds a control character (a newline, a tab...); use plain text"
     return None
 

@@ -46,8 +46,8 @@ from starlette.types import Receive, Scope, Send
 from ghapp.github.manifest import WEBHOOK_PATH
 from ghapp.github.sansio import signature_of
 from ghapp.runtime import crash
+from ghapp.runtime.details import CONTROL, name_problem, problem
 from ghapp.runtime.details import MAX_BYTES as MAX_DETAILS_BYTES
-from ghapp.runtime.details import name_problem, problem
 from ghapp.runtime.hub import Hub
 from ghapp.runtime.inbox import Inbox, Received
 from ghapp.runtime.ingest import ASIDE_BYTES, IngestQueue
@@ -68,7 +68,6 @@ UNRECORDED = "the ledger could not record this (nothing was stored): send it aga
 FORM = "application/x-www-form-urlencoded"
 MAX_FORM = 4096  # a card page's answer: choice=N
 MAX_DELIVERY_ID = 200  # GitHub's delivery ids are GUIDs (36 characters)
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 MAX_SOURCE_BODY = MAX_DETAILS_BYTES  # an event for a generic source: details and a few fields
 _SOURCE_TOO_LARGE = (
     f"body over {MAX_SOURCE_BODY} bytes: an event's details are kept in the ledger; "
@@ -338,7 +337,7 @@ def create_app(server: Server) -> Starlette:
             return _error(400, "missing X-GitHub-Event or X-GitHub-Delivery header")
         if len(delivery) > MAX_DELIVERY_ID:
             return _error(400, f"X-GitHub-Delivery over {MAX_DELIVERY_ID} characters: not a GUID")
-        if _CONTROL.search(delivery) or _CONTROL.search(name):
+        if CONTROL.search(delivery) or CONTROL.search(name):
             # The HTTP servers the hub runs on refuse these already; this holds under any
             # other ASGI server too (the delivery id is a key, and PostgreSQL's text holds
             # no NUL: it was a 503, and /healthz unhealthy, for one sender's header).

@@ -90,14 +90,15 @@ def own(gh: SandboxHandle, method: str, tail: str) -> int:
     return len([e for e in entries if e.path.endswith(tail) and e.actor == bot])
 
 
-def sticky(gh: SandboxHandle, number: int) -> list[str]:
+def bot_comments(gh: SandboxHandle, number: int, mark: str) -> list[str]:
+    """The bodies of the App's comments on ``number`` that hold ``mark``."""
     bot = f"{gh.sandbox.app.slug}[bot]"
     comments = gh.sandbox.state.repos[gh.repo].comments.values()
-    return [
-        c.body
-        for c in comments
-        if c.user == bot and c.number == number and "autoloop:deliver=" in c.body
-    ]
+    return [c.body for c in comments if c.user == bot and c.number == number and mark in c.body]
+
+
+def sticky(gh: SandboxHandle, number: int) -> list[str]:
+    return bot_comments(gh, number, "autoloop:deliver=")
 
 
 def own_runs(gh: SandboxHandle, head: str) -> list[tuple[str, str | None]]:
@@ -136,13 +137,7 @@ def test_a_labelled_pr_is_merged_deployed_and_live(tmp_path: Path) -> None:
 
 
 def refusals(gh: SandboxHandle, number: int) -> list[str]:
-    bot = f"{gh.sandbox.app.slug}[bot]"
-    comments = gh.sandbox.state.repos[gh.repo].comments.values()
-    return [
-        c.body
-        for c in comments
-        if c.user == bot and c.number == number and "autoloop:refused=" in c.body
-    ]
+    return bot_comments(gh, number, "autoloop:refused=")
 
 
 @pytest.mark.parametrize(("who", "role"), [("reader", "read"), ("triager", "triage")])

@@ -19,7 +19,7 @@ from ghapp.web.cards import form_choice
 from kernel.model import Event
 from kernel.records import Card
 from tests import paths
-from tests.servers import live_server
+from tests.servers import Live, live_server
 
 RULES = {
     "agents": {"demo": {"use": "demo"}},
@@ -37,12 +37,16 @@ def open_question(live: object) -> Card:
     return card
 
 
+def links_of(live: Live) -> CardLinks:
+    links = live.running.server.links
+    assert links is not None
+    return links
+
+
 def test_answering_from_the_card_page_is_taken_once(tmp_path: Path) -> None:
     with live_server(tmp_path / "h", RULES, start_worker=False) as live:
         card = open_question(live)
-        links = live.running.server.links
-        assert links is not None
-        url = links.url(card)
+        url = links_of(live).url(card)
         page = httpx.get(url, timeout=10)
         assert page.status_code == 200
         assert 'name="choice" value="2"' in page.text
@@ -62,9 +66,7 @@ def test_answering_from_the_card_page_is_taken_once(tmp_path: Path) -> None:
 def test_card_page_refuses_bad_forms_and_tokens_with_one_line(tmp_path: Path) -> None:
     with live_server(tmp_path / "h", RULES, start_worker=False) as live:
         card = open_question(live)
-        links = live.running.server.links
-        assert links is not None
-        url = links.url(card)
+        url = links_of(live).url(card)
         for body in (b"", b"choice=", b"choice=x", b"choice=%C2%B2", b"choice=1&choice=2"):
             resp = httpx.post(
                 url,
@@ -90,9 +92,7 @@ def test_a_link_posted_where_anyone_reads_it_shows_the_card_and_never_answers(
     issue (no write access, or anyone, on a public repository) answered through it."""
     with live_server(tmp_path / "h", RULES, start_worker=False) as live:
         card = open_question(live)
-        links = live.running.server.links
-        assert links is not None
-        url = links.url(card, answer=False)
+        url = links_of(live).url(card, answer=False)
         shown = httpx.get(url, timeout=10)
         assert shown.status_code == 200
         assert "<form" not in shown.text
@@ -119,8 +119,7 @@ def test_a_link_answers_only_the_card_it_was_made_for_not_a_later_one_with_its_i
     restore opened and answered the new card with the same id."""
     with live_server(tmp_path / "h", RULES, start_worker=False) as live:
         card = open_question(live)
-        links = live.running.server.links
-        assert links is not None
+        links = links_of(live)
         earlier = replace(card, opened_at="2026-01-02T03:04:05+00:00")  # the same id, before
         stale = links.url(earlier)
         assert httpx.get(stale, timeout=10).status_code == 404
@@ -137,9 +136,7 @@ def test_every_card_page_is_kept_out_of_caches_frames_and_referrers(tmp_path: Pa
     phone's width."""
     with live_server(tmp_path / "h", RULES, start_worker=False) as live:
         card = open_question(live)
-        links = live.running.server.links
-        assert links is not None
-        url = links.url(card)
+        url = links_of(live).url(card)
         answers = [
             httpx.get(url, timeout=10),
             httpx.post(url, data={"choice": "x"}, timeout=10),
