@@ -114,6 +114,17 @@ def short(sha: str | None) -> str:
     return (sha or "")[:7]
 
 
+def times(n: int) -> str:
+    """``once``, ``2 times``: a count as a sentence says it."""
+    return "once" if n == 1 else f"{n} times"
+
+
+def in_a_row(n: int) -> str:
+    """`` 2 times in a row`` after "reported X"; nothing for one answer (it said "1 times
+    in a row")."""
+    return "" if n == 1 else f" {n} times in a row"
+
+
 def span(seconds: float) -> str:
     """``2h``, ``1h30m``, ``90s`` style, as the policy writes durations."""
     left = int(seconds)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from kernel.durations import iso
-from pipeline.context import Ctx, instant, probe_delay, short, span
+from pipeline.context import Ctx, in_a_row, instant, probe_delay, short, span, times
 from pipeline.effects import ProbeVersion
 from pipeline.stages import Outcome
 from pipeline.verdicts import deployment_verdict, version_verdict
@@ -59,22 +59,20 @@ def live_version(ctx: Ctx) -> Outcome:
         return "nothing_to_watch"
     verdict = version_verdict(pr.versions, since=d.probe_since, needed=deploy.matches)
     if verdict.kind == "live":
-        ctx.note = (
-            f"{deploy.version_url} reported {short(verdict.last)} {verdict.streak} times in a row"
-        )
+        ctx.note = f"{deploy.version_url} reported {short(verdict.last)}{in_a_row(verdict.streak)}"
         return "live"
     deadline = ctx.deadline()
     if ctx.past(deadline):
         how = (
-            f"it flapped {verdict.flaps} time(s), last reporting {verdict.last}"
+            f"it flapped {times(verdict.flaps)}, last reporting {verdict.last}"
             if verdict.kind == "flapping"
             else f"it last reported {verdict.last or 'nothing'}"
         )
         ctx.raise_card(
             "version_timeout",
             f"{pr.repo}#{pr.number} is not live",
-            f"{deploy.version_url} did not report {d.merge_sha} (or a later commit) "
-            f"{deploy.matches} times in a row within {span(deploy.timeout_s)}: {how}.",
+            f"{deploy.version_url} did not report {d.merge_sha} (or a later commit)"
+            f"{in_a_row(deploy.matches)} within {span(deploy.timeout_s)}: {how}.",
         )
         return "timeout"
     due = None if d.next_probe_at is None else instant(d.next_probe_at)

@@ -477,9 +477,20 @@ def _next_step(card: Card) -> str:
     return f"autoloop cards dismiss {card.id}"
 
 
+def _who() -> str:
+    """Who answers on this command line: ``$USER``, else the account's name (a container
+    often has no ``$USER``: the trail said "by cli via cli")."""
+    import getpass  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+
+    try:
+        return os.environ.get("USER") or getpass.getuser()
+    except (OSError, KeyError):  # no name for this uid (a container's arbitrary user)
+        return f"uid {os.getuid()}"
+
+
 def cmd_dismiss(args: argparse.Namespace) -> int:
     ctx = _open()
-    by = os.environ.get("USER") or "cli"
+    by = _who()
     out = ctx.hub().dismiss(args.card, by=by)
     if not out.reply.ok:
         return _die(1, out.reply.message)
@@ -496,7 +507,7 @@ def cmd_answer(args: argparse.Namespace) -> int:
         choice = int(args.choice)
     except ValueError:
         return _die(2, f"choice {args.choice!r} is not a number: give the option's number, e.g. 2")
-    by = args.by or os.environ.get("USER") or "cli"
+    by = args.by or _who()
     hub = ctx.hub()
     out = hub.answer(args.card, choice, by=by, via="cli")
     if not out.reply.ok:
@@ -607,7 +618,18 @@ def cmd_try(args: argparse.Namespace) -> int:
     from ghapp.commands.home_ledger import not_a_folder  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
     from kernel.model import Event  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
     from kernel.records import Turn  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+    from plugins.agents.demo_script import COLOURS  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
 
+    if args.json and args.answer is None:
+        return _die(2, "--json needs --answer N: there is no one to ask on a terminal")
+    if args.answer is not None and not 1 <= args.answer <= len(COLOURS):
+        # Before the trial runs: it ran, then refused the number (the demo agent's
+        # question is always the same one).
+        offered = ", ".join(f"{i}) {c}" for i, c in enumerate(COLOURS, 1))
+        n = len(COLOURS)
+        return _die(
+            2, f"--answer {args.answer} is not an option: the demo agent asks for 1-{n} ({offered})"
+        )
     base = os.environ.get("AUTOLOOP_HOME")
     if base:
         not_a_folder(Path(base).expanduser())
@@ -619,9 +641,6 @@ def cmd_try(args: argparse.Namespace) -> int:
     env["AUTOLOOP_HOME"] = str(home)
     env.pop("AUTOLOOP_DB", None)
     ctx = Home.open(env=env, home=home)
-
-    if args.json and args.answer is None:
-        return _die(2, "--json needs --answer N: there is no one to ask on a terminal")
 
     def say(text: str) -> None:
         if not args.json:
@@ -672,7 +691,7 @@ def cmd_try(args: argparse.Namespace) -> int:
         if asked is None:
             return _die(2, f"no answer given; {later}")
         choice = asked
-    out = hub.answer(card.id, choice, by=os.environ.get("USER") or "you", via="cli")
+    out = hub.answer(card.id, choice, by=_who(), via="cli")
     if not out.reply.ok:
         return _die(1, out.reply.message)
     opened.clear()

@@ -467,9 +467,10 @@ def _card(card: Mapping[str, Any]) -> list[str]:
     if options:
         out.append(f"  options: {options}")
     if card["choice"] is not None:
+        via = f" via {card['via']}" if card["via"] and card["via"] != card["answered_by"] else ""
         out.append(
-            f"  answered {card['choice']} ({card['answer']}) by {card['answered_by']} "
-            f"via {card['via']} at {_clock(card['answered_at'])}"
+            f"  answered {card['choice']} ({card['answer']}) by {card['answered_by']}"
+            f"{via} at {_clock(card['answered_at'])}"
         )
     elif card["resolved"]:
         out.append(f"  resolved at {_clock(card['resolved_at'])} without an answer")

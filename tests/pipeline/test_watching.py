@@ -99,6 +99,25 @@ def test_a_successful_deployment_then_matching_versions_deliver() -> None:
     assert len(drive.merges()) == 1
 
 
+ONCE = policy(
+    '[deliver.deploy]\nenvironment = "production"\ntimeout = "1h"\n'
+    f'version_url = "{URL}"\nmatches = 1\n'
+)
+
+
+def test_one_matching_answer_is_said_as_one_not_1_times_in_a_row() -> None:
+    drive = merged_pr(ONCE)
+    drive(after(deployments=deployed()), 7)
+    live = drive(after(deployments=deployed(), versions=(seen(1, MERGED),)), 7.05)
+    assert live.delivery.stage == "delivered"
+    notes = [h.note for h in live.delivery.history]
+    assert f"{URL} reported e4da3b7" in notes
+    drive = merged_pr(ONCE)
+    drive(after(deployments=deployed()), 1)
+    (card,) = of(drive(after(deployments=deployed(), versions=(seen(1, H2),)), 61), RaiseCard)
+    assert f"did not report {MERGED} (or a later commit) within 1h: it last" in card.text
+
+
 def test_version_probes_back_off_up_to_five_minutes() -> None:
     drive = merged_pr()
     minutes, delays = 5.0, []
@@ -182,7 +201,7 @@ def test_flapping_past_the_deadline_raises_a_card() -> None:
     )
     step = drive(after(deployments=deployed(), versions=flapping), 61)
     (card,) = of(step, RaiseCard)
-    assert "it flapped 2 time(s)" in card.text
+    assert "it flapped 2 times" in card.text
     again = drive(
         after(
             deployments=deployed(), versions=flapping, answer=CardAnswer(card=card.card, choice=1)
