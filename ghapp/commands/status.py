@@ -110,7 +110,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 TIMER_FIELDS = ("id", "matter", "due", "why", "hops", "turn", "fired")
 #: Where the home remembers the timezone and caps of the rules file the parser accepted.
 RULES_CHECKED = "rules-checked.json"
-_CHECKED_VERSION = 1
+_CHECKED_VERSION = 2  # 2: the workers of the rules too
 _CODE_PACKAGES = ("ghapp", "kernel", "plugins")
 #: Where this process's Autoloop packages are (another install or checkout may read the
 #: same home with other code).
@@ -118,6 +118,8 @@ _CODE_ROOT = str(Path(__file__).parents[2])
 
 #: (timezone, max_usd_per_day, max_tokens_per_day) of the rules.
 Limits = tuple[str, float | None, int | None]
+#: Rule name -> the worker its agent runs on, for agents not on "any" worker.
+Workers = dict[str, str]
 
 
 def read_status(env: Mapping[str, str]) -> dict[str, Any]:
@@ -134,6 +136,8 @@ def read_status(env: Mapping[str, str]) -> dict[str, Any]:
 
 
 def status_data(store: Store, home: Path, now: datetime) -> dict[str, Any]:
+    facts = rules_facts(home)
+    limits, workers = facts if facts is not None else (None, {})
     with store.read() as tx:
         turns = _filled("turn", tx.data("turn"))
         cards = _filled("card", tx.data("card"))
@@ -144,7 +148,7 @@ def status_data(store: Store, home: Path, now: datetime) -> dict[str, Any]:
         waiting: dict[str, list[int]] = {}
         for q in tx.data("queued", states=["pending"]):
             waiting.setdefault(q["matter"], []).append(q["seq"])
-    usage = usage_data(turns, now, rules_limits(home))  # summed in the order of turn ids
+    usage = usage_data(turns, now, limits)  # summed in the order of turn ids
     turns.sort(key=lambda t: t["fence"])
     event_defaults = DEFAULTS["event.event"]
     return {
@@ -210,6 +214,7 @@ def status_data(store: Store, home: Path, now: datetime) -> dict[str, Any]:
                 "subject": m["subject"],
                 "state": "running" if m["running"] else ("waiting" if _runnable(m) else "idle"),
                 "pending": waiting.get(m["id"], []),
+                "worker": workers.get(m["rule"], "any"),
                 "running": m["running"],
                 "session": m["session"],
                 "agent_session": m["agent_session"] or "",
@@ -267,9 +272,16 @@ def usage_data(
 
 
 def rules_limits(home: Path) -> Limits | None:
-    """The timezone and daily caps of the rules of ``home``: as remembered when the rules
-    file and the code that read it are the same as then, else read by the rules parser
-    (and remembered). None, with one line on stderr, when the rules cannot be read."""
+    """The timezone and daily caps of the rules of ``home`` (see :func:`rules_facts`)."""
+    facts = rules_facts(home)
+    return None if facts is None else facts[0]
+
+
+def rules_facts(home: Path) -> tuple[Limits, Workers] | None:
+    """The timezone, daily caps and workers of the rules of ``home``: as remembered when
+    the rules file and the code that read it are the same as then, else read by the rules
+    parser (and remembered). None, with one line on stderr, when the rules cannot be
+    read."""
     path = rules_path(home)
     try:
         raw: bytes | None = path.read_bytes()
@@ -285,9 +297,14 @@ def rules_limits(home: Path) -> Limits | None:
         print(f"autoloop: {exc} (usage shown in UTC, without caps)", file=sys.stderr)
         return None
     limits: Limits = (rules.timezone, rules.max_usd_per_day, rules.max_tokens_per_day)
+    workers: Workers = {}
+    for rule in rules.rules:
+        spec = rules.agents.get(rule.agent)
+        if spec is not None and spec.worker != "any":
+            workers[rule.name] = spec.worker
     if raw is not None:
-        _remember(home, path, raw, limits)
-    return limits
+        _remember(home, path, raw, limits, workers)
+    return limits, workers
 
 
 def _digest(raw: bytes) -> str:
@@ -299,7 +316,7 @@ def _digest(raw: bytes) -> str:
     return blake2b(raw, digest_size=32).hexdigest()
 
 
-def _remembered(home: Path, path: Path, raw: bytes) -> Limits | None:
+def _remembered(home: Path, path: Path, raw: bytes) -> tuple[Limits, Workers] | None:
     """The limits remembered for this rules file, read by this code; None when there are
     none, or when the file, the code (or where it is), Python or the time zone database
     changed since."""
@@ -320,10 +337,13 @@ def _remembered(home: Path, path: Path, raw: bytes) -> Limits | None:
         tz, max_usd, max_tokens = doc["timezone"], doc["max_usd_per_day"], doc["max_tokens_per_day"]
         if not isinstance(tz, str) or not _number(max_usd) or not _number(max_tokens, whole=True):
             return None
+        workers = doc["workers"]
+        if not isinstance(workers, dict) or not all(isinstance(v, str) for v in workers.values()):
+            return None
         zone(tz)  # still known here (day_bounds needs it); not found is a KeyError
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return tz, max_usd, max_tokens
+    return (tz, max_usd, max_tokens), workers
 
 
 def _number(value: object, *, whole: bool = False) -> bool:
@@ -334,7 +354,7 @@ def _number(value: object, *, whole: bool = False) -> bool:
     return isinstance(value, kinds) and not isinstance(value, bool)
 
 
-def _remember(home: Path, path: Path, raw: bytes, limits: Limits) -> None:
+def _remember(home: Path, path: Path, raw: bytes, limits: Limits, workers: Workers) -> None:
     """Keep the limits the parser read from ``raw``, when the file still holds it (it may
     have changed while it was parsed); nothing when the home cannot be written."""
     with contextlib.suppress(OSError):
@@ -351,6 +371,7 @@ def _remember(home: Path, path: Path, raw: bytes, limits: Limits) -> None:
             "timezone": tz,
             "max_usd_per_day": max_usd,
             "max_tokens_per_day": max_tokens,
+            "workers": workers,
         }
         tmp = home / f".{RULES_CHECKED}.{os.getpid()}"
         try:
@@ -419,6 +440,13 @@ def show(data: Mapping[str, Any], out: Out) -> None:
                 for m in data["matters"]
             ],
         )
+    for m in data["matters"]:
+        if m["state"] == "waiting" and m.get("worker", "any") != "any":
+            # Nothing else said why it did not run: only that worker takes it.
+            out.line(
+                f"  matter {m['id']} waits for a worker named {m['worker']!r} (its agent's "
+                f"\"worker\"): 'autoloop work --name {m['worker']}' runs it"
+            )
     waiting = [c for c in data["cards"] if c["state"] == "open" and c["kind"] == "ask"]
     for c in waiting:
         out.line(f"  waiting for an answer: card {c['id']} {c['title']!r} (matter {c['matter']})")

@@ -51,6 +51,13 @@ RULES_DOC: dict[str, Any] = {
 # ------------------------------------------------------------- the reading before
 
 
+def worker_of(rules: Rules | None, rule_name: str) -> str:
+    """The worker that runs the turns of ``rule_name``, as the hub reads it."""
+    rule = rules.rule(rule_name) if rules is not None else None
+    spec = rules.agents.get(rule.agent) if rules is not None and rule is not None else None
+    return spec.worker if spec is not None else "any"
+
+
 def reference_status(store: Store, rules: Rules | None, now: datetime) -> dict[str, Any]:
     """``status --json`` as the record classes read it (the code before, unchanged)."""
     with store.read() as tx:
@@ -113,6 +120,7 @@ def reference_status(store: Store, rules: Rules | None, now: datetime) -> dict[s
                 "subject": m.subject,
                 "state": "running" if m.running else ("waiting" if m.runnable else "idle"),
                 "pending": waiting.get(m.id, []),
+                "worker": worker_of(rules, m.rule),
                 "running": m.running,
                 "session": m.session,
                 "agent_session": m.agent_session or "",
@@ -423,3 +431,31 @@ def test_the_command_prints_what_the_record_classes_read(
     assert f"turn {running['id']} runs on worker w, claimed until " in text.stdout
     if rules is not None:
         assert "daily cap (Asia/Shanghai): $1 or 5000 tokens, not reached" in text.stdout
+
+
+def test_a_matter_for_a_named_worker_says_which_worker_runs_it(
+    tmp_path: Path, store_url: str
+) -> None:
+    """An agent with "worker": "gpu-box" runs only there: status said the matter was
+    waiting, and not for what."""
+    home = tmp_path / "home"
+    doc = {
+        "agents": {"big": {"use": "demo", "worker": "gpu-box"}, "demo": {"use": "demo"}},
+        "rules": [
+            {"name": "heavy", "on": {"type": "heavy.*"}, "agent": "big"},
+            {"name": "light", "on": {"type": "light.*"}, "agent": "demo"},
+        ],
+    }
+    init_home(home, rules_text=json.dumps(doc))
+    autoloop(home, store_url, "emit", "local", "heavy.job", "x", "--id", "1")
+    autoloop(home, store_url, "emit", "local", "light.job", "y", "--id", "2")
+    for _ in range(2):  # the rules read by the parser, then as remembered
+        data = json.loads(autoloop(home, store_url, "status", "--json").stdout)
+        workers = {m["rule"]: (m["state"], m["worker"]) for m in data["matters"]}
+        assert workers == {"heavy": ("waiting", "gpu-box"), "light": ("waiting", "any")}
+        text = autoloop(home, store_url, "status").stdout
+        (line,) = [x for x in text.splitlines() if "waits for a worker" in x]
+        assert line.strip().endswith(
+            "waits for a worker named 'gpu-box' (its agent's \"worker\"): "
+            "'autoloop work --name gpu-box' runs it"
+        ), line
