@@ -65,7 +65,7 @@ from ghapp.github.outcomes import effect_action, write_result
 from ghapp.github.readcache import ReadCache
 from ghapp.github.reviews import ReviewJob, Reviews, waiting_for
 from ghapp.github.snapshot import Extras, read_policy, read_snapshot
-from ghapp.github.trigger import refused_label, say_refused
+from ghapp.github.trigger import added_after, refused_label, say_refused
 from ghapp.github.version import compare_with, probe_version
 from ghapp.github.writes import Target
 from ghapp.runtime.hub import Hub
@@ -99,7 +99,6 @@ from pipeline import (
     next_in_line,
     start,
 )
-from pipeline.context import instant
 from pipeline.snapshot import PullSnapshot
 from pipeline.stages import LINE_STAGES, POST_MERGE, Mode
 
@@ -236,17 +235,6 @@ class _Start:
     head_sha: str
     labels: tuple[str, ...]
     by: str  # who added the label (a labelled event's sender); "": found labelled later
-
-
-def _added_after(at: str, ended_at: str) -> bool:
-    """Whether a label added at ``at`` (GitHub's time, to the second) came after a run
-    that ended at ``ended_at``; an unknown time did not."""
-    if not at:
-        return False
-    try:
-        return instant(at) >= instant(ended_at).replace(microsecond=0)
-    except ValueError:
-        return True  # (a record without its time: as before, a new run)
 
 
 class Deliveries:
@@ -624,9 +612,10 @@ class Deliveries:
             by = s.by
             if not by:  # found labelled (a sweep): GitHub's history says who, and when
                 by, at = self.client.label_added(s.repo, s.number, label)
-                if rec is not None and not _added_after(at, rec.updated_at):
+                if rec is not None and (not at or added_after(at, rec.updated_at) is False):
                     # Labelled before the last run ended ("stop this delivery", a closed
-                    # PR): a restart of the server started a new run and merged it.
+                    # PR), or when is unknown: a restart of the server started a new run
+                    # and merged it. (A run recorded without its end: a new run, as before.)
                     return set()
             login, why = refused_label(self.client, t, label, by)
         except Exception as exc:  # GitHub unreachable: the sweeper reconciles the PR later

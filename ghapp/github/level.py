@@ -44,7 +44,6 @@ from ghapp.github.carried import Carried, read_carried
 from ghapp.github.client import GitHubClient
 from ghapp.github.delivery import shown_seq
 from ghapp.github.errors import GitHubError, NotFound, Unauthorized, permission_hint
-from ghapp.github.level_cards import instant
 from ghapp.github.level_carry import (
     SHORT_WAIT_S,
     SHORT_WAITS_S,
@@ -56,7 +55,7 @@ from ghapp.github.level_carry import (
 )
 from ghapp.github.level_scope import concerned, has_label, labelled_pulls, named_pull, names_none
 from ghapp.github.snapshot import read_policy
-from ghapp.github.trigger import refused_label, say_refused
+from ghapp.github.trigger import added_after, refused_label, say_refused
 from ghapp.github.writes import Target, find_marked, marker
 from ghapp.runtime.hub import Hub
 from kernel.durations import iso
@@ -310,8 +309,7 @@ class LevelDeliveries:
                 return None
             last = ended.delivery.history[-1].at if ended.delivery.history else ""
             ended_at = ended.shown_at or last
-            at = relabeled[t.number]
-            if at and ended_at and instant(at) < instant(ended_at).replace(microsecond=0):
+            if added_after(relabeled[t.number], ended_at) is False:
                 return None
             run, seq = ended.delivery.run + 1, ended.seq
         seq = max(seq, shown)

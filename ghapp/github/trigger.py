@@ -13,14 +13,31 @@ one reply on the pull request saying why, and starts nothing.
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 
 from ghapp.github.client import WRITERS, GitHubClient
 from ghapp.github.errors import GitHubError
 from ghapp.github.writes import Target, find_marked, marker
 
-__all__ = ["refused_label", "say_refused"]
+__all__ = ["added_after", "refused_label", "say_refused"]
 
 log = logging.getLogger("autoloop.deliveries")
+
+
+def added_after(at: str, ended_at: str) -> bool | None:
+    """Whether a label added at ``at`` came after a delivery run that ended at
+    ``ended_at`` (a run that ended starts again only on a label added after its end: a
+    person's "stop", a closed pull request, must not be undone by a restart or a re-run).
+    Both are ISO 8601 instants; GitHub's are to the second, so the end is compared at its
+    second. None when either is missing or unreadable: the caller says what that means."""
+    if not at or not ended_at:
+        return None
+    try:
+        added = datetime.fromisoformat(at.replace("Z", "+00:00"))
+        ended = datetime.fromisoformat(ended_at.replace("Z", "+00:00"))
+        return added >= ended.replace(microsecond=0)
+    except (ValueError, TypeError):  # (naive against aware: unreadable as an order)
+        return None
 
 
 def refused_label(client: GitHubClient, t: Target, label: str, sender: str) -> tuple[str, str]:
