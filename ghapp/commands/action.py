@@ -71,7 +71,7 @@ from ghapp.commands.home import Home, configure_logs, reset_logs
 from ghapp.github.answers import AnswerDesk, parse_answer
 from ghapp.github.channel import GitHubCommentChannel
 from ghapp.github.client import GitHubClient
-from ghapp.github.errors import GitHubError, Unauthorized, Unreachable, permission_hint
+from ghapp.github.errors import REFUSED_PERMISSION, GitHubError, Unauthorized, Unreachable
 from ghapp.github.executor import GitHubExecutor
 from ghapp.github.level import LevelDeliveries, Moved
 from ghapp.runtime.hub import Hub
@@ -359,12 +359,6 @@ def answer(
     return out
 
 
-PERMISSIONS_HINT = (
-    "the job's token needs issues: write and pull-requests: write (the workflow's "
-    "permissions:), or an App installed with them"
-)
-
-
 def unwritten(
     hub: Hub, turns: list[Turn], *, retried: bool
 ) -> tuple[dict[str, str], list[str], list[str]]:
@@ -390,9 +384,9 @@ def unwritten(
     missed += [(f"card {card} not posted", why, False) for card, why in unshown.items()]
     errors, warnings = [], []
     for what, why, final in missed:
-        refused = "403" in why or "not accessible by integration" in why.lower()
-        if refused:
-            errors.append(f"{what}: {_one_line(why)}; {PERMISSIONS_HINT}")
+        said, refused, hint = why.partition(REFUSED_PERMISSION)  # GitHub refused the token
+        if refused:  # which permission it lacks, after the rest cut to its length
+            errors.append(f"{what}: {_one_line(said)}{refused}{_one_line(hint)}")
         elif final or not retried:
             errors.append(f"{what}: {_one_line(why)}")
         else:
@@ -448,7 +442,7 @@ def _reason(exc: BaseException) -> tuple[int, str]:
     if isinstance(exc, Unreachable):
         return 1, f"GitHub did not answer ({exc}): check GITHUB_API_URL and the network"
     if isinstance(exc, GitHubError):
-        return 1, f"GitHub: {exc}{permission_hint(exc)}"
+        return 1, f"GitHub: {exc}"  # (a 403 names the permission)
     return 1, f"failed: {type(exc).__name__}: {exc}"
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "REFUSED_PERMISSION",
     "AmbiguousWrite",
     "Conflict",
     "Forbidden",
@@ -58,7 +59,8 @@ class GitHubError(Exception):
     def __str__(self) -> str:
         where = f"{self.method} {self.url}".strip()
         status = f"{self.status} " if self.status is not None else ""
-        return f"{where}: {status}{self.message}" if where else f"{status}{self.message}"
+        said = f"{where}: {status}{self.message}" if where else f"{status}{self.message}"
+        return said + permission_hint(self)  # wherever it is shown or stored
 
 
 class Unauthorized(GitHubError):
@@ -139,11 +141,26 @@ _PERMISSIONS = (
 )
 
 
+#: How every error text names a permission GitHub refused the token (see
+#: :func:`permission_hint`): the Action finds such refusals in what the ledger recorded.
+REFUSED_PERMISSION = "; the job's token (or the App) "
+
+
 def permission_hint(exc: GitHubError) -> str:
     """For GitHub's 403 "Resource not accessible by integration": which permission the
-    request needs (``; the job needs checks: write``), else ""."""
+    request needs (``; the job's token (or the App) needs checks: write``), else ""."""
     if exc.status != 403 or "not accessible" not in exc.message.lower():
         return ""
+    path = exc.url.split("?", 1)[0]
+    level = "read" if exc.method.upper() == "GET" else "write"
+    for part, name in _PERMISSIONS:
+        if part in path:
+            return f"{REFUSED_PERMISSION}needs {name}: {level}"
+    if path.rstrip("/").count("/") == 3 and "/repos/" in path:  # the repository itself
+        return f"{REFUSED_PERMISSION}needs metadata: read"
+    return (
+        f"{REFUSED_PERMISSION}lacks a permission this request needs (the workflow's permissions:)"
+    )
     path = exc.url.split("?", 1)[0]
     level = "read" if exc.method.upper() == "GET" else "write"
     for part, name in _PERMISSIONS:

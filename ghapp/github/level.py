@@ -43,7 +43,7 @@ from typing import Any, get_args
 from ghapp.github.carried import Carried, read_carried
 from ghapp.github.client import GitHubClient
 from ghapp.github.delivery import shown_seq
-from ghapp.github.errors import GitHubError, NotFound, Unauthorized, permission_hint
+from ghapp.github.errors import GitHubError, NotFound, Unauthorized
 from ghapp.github.level_carry import (
     SHORT_WAIT_S,
     SHORT_WAITS_S,
@@ -186,7 +186,7 @@ class LevelDeliveries:
         except Unauthorized:
             raise  # the credentials: nothing else in this run will work either
         except GitHubError as exc:
-            moved.error = f"GitHub: {exc}{permission_hint(exc)}"
+            moved.error = f"GitHub: {exc}"  # (a 403 names the permission)
         except Exception as exc:  # one delivery's trouble must not stop the others
             moved.error = f"{type(exc).__name__}: {exc}"
         log.warning("delivery %s#%d: %s", moved.repo, moved.number, moved.error)

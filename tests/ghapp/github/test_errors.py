@@ -31,4 +31,17 @@ def test_other_errors_get_no_hint() -> None:
     assert permission_hint(NotFound("Not Found", status=404, method="GET", url="/x/pulls")) == ""
     rate = Forbidden("API rate limit exceeded", status=403, method="GET", url="/x/pulls")
     assert permission_hint(rate) == ""
-    assert permission_hint(GitHubError(NOT_ACCESSIBLE, status=403, url="/x/unknown")) == ""
+    unknown = GitHubError(NOT_ACCESSIBLE, status=403, url="/x/unknown")
+    assert permission_hint(unknown) == (
+        "; the job's token (or the App) lacks a permission this request needs "
+        "(the workflow's permissions:)"
+    )
+
+
+def test_the_hint_is_part_of_the_error_wherever_it_is_shown() -> None:
+    exc = Forbidden(NOT_ACCESSIBLE, status=403, method="POST", url="/repos/o/r/issues/3/comments")
+    assert str(exc) == (
+        f"POST /repos/o/r/issues/3/comments: 403 {NOT_ACCESSIBLE}; the job's token (or the "
+        "App) needs issues: write"
+    )
+    assert str(exc).count("needs") == 1
