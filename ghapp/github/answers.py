@@ -62,6 +62,9 @@ ANSWER_LINE = re.compile(r"^[ \t]*/answer[ \t]+(c[0-9]{1,12})[ \t]+([0-9]{1,6})\
 # gets a reply saying how to answer, where it got none and the person waited.
 ANSWER_TRIED = re.compile(r"^[ \t]*/answer\b[^\n]{0,80}", re.I | re.M)
 _CARD_WORD = re.compile(r"\b(c[0-9]{1,12})\b", re.I)
+# A delivery card's answer (``/answer d1 2``): the delivery's runner reads and answers it
+# (:mod:`ghapp.github.level_cards`); here it is no mistake to reply to.
+_DELIVERY_CARD = re.compile(r"/answer[ \t]+d[0-9]", re.I)
 SWEEP_EVENTS = 5000  # the sweep looks at most at this many of the newest events
 SWEEP_WINDOW = timedelta(days=3)
 
@@ -94,6 +97,8 @@ def parse_answer(event: Event) -> AnswerRequest | None:
     if tried is None:
         return None
     line = tried.group(0).strip()
+    if _DELIVERY_CARD.match(line):
+        return None
     named = _CARD_WORD.search(line[len("/answer") :])
     return AnswerRequest(cid, target, login, named.group(1).lower() if named else "", 0, line)
 

@@ -35,6 +35,9 @@ __all__ = ["ANSWER_SLACK", "DELIVERY_ANSWER", "CardAnswers", "card_name"]
 
 ANSWER_SLACK = timedelta(minutes=2)  # the runner's clock and GitHub's may differ a little
 DELIVERY_ANSWER = re.compile(r"^[ \t]*/answer[ \t]+(d[0-9]{1,6})[ \t]+([0-9]{1,6})\b", re.I | re.M)
+# A line meant for a delivery's card that may not be one (``/answer d1 one``, ``/answer
+# d2 1`` while d1 is open): it gets a reply, where it got none and the person waited.
+DELIVERY_TRIED = re.compile(r"^[ \t]*/answer[ \t]+d([0-9]{1,6})\b[^\n]{0,80}", re.I | re.M)
 
 JSON = dict[str, Any]
 
@@ -76,9 +79,18 @@ class CardAnswers:
             if not login or login == self.bot_login.lower() or not isinstance(body, str):
                 continue
             found = DELIVERY_ANSWER.search(body)
-            if found is None or found.group(1).lower() != name:
-                continue
             created = comment.get("created_at")
+            if found is None or found.group(1).lower() != name:
+                tried = DELIVERY_TRIED.search(body)
+                if tried is not None and _after(created, raised):
+                    # Written while this card was open, and not an answer to it.
+                    why = (
+                        f"card {name} is the one open on this pull request: write "
+                        f"`/answer {name} N` on a line of its own, N from 1 to "
+                        f"{len(card.options)}. Nothing was changed."
+                    )
+                    self._reply(t, comment, _said(tried.group(0)), why)
+                continue
             if since is not None and isinstance(created, str) and instant(created) < since:
                 continue  # an answer to an earlier card of the same name
             choice = int(found.group(2))
@@ -99,6 +111,22 @@ class CardAnswers:
             )
         return None, ""
 
+    def no_card(self, t: Target, d: Delivery | None, comment: Mapping[str, Any]) -> None:
+        """Reply to ``comment`` (the run's own event) when it answers a delivery card that
+        was never raised on the pull request (``/answer d7 1``). A card that was raised
+        and is no longer open gets none: a re-run of the run that took its answer sees
+        the same comment."""
+        body = comment.get("body")
+        tried = DELIVERY_TRIED.search(body) if isinstance(body, str) else None
+        if tried is None or (d is not None and d.card is not None):
+            return  # not a delivery answer, or a card is open (:meth:`answer` replies)
+        raised = d.cards if d is not None else 0
+        n = int(tried.group(1))
+        if n <= raised:
+            return
+        where = f"there is no card d{n} on this pull request, and no delivery card is open"
+        self._reply(t, comment, _said(tried.group(0)), f"{where}. Nothing was changed.")
+
     def _permission(self, repo: str, login: str) -> str:
         if login not in self._permissions:
             self._permissions[login] = self.client.get_collaborator_permission(repo, login)
@@ -112,6 +140,23 @@ class CardAnswers:
         login = login_of(comment.get("user"))
         text = f"{mark}\n@{login}: your `/answer {said}` was not taken: {why}"
         self.executor.sticky_comment(t, mark, text)
+
+
+def _said(line: str) -> str:
+    """What a person wrote after ``/answer``, as the reply quotes it (in a code span)."""
+    return line.strip()[len("/answer") :].strip().replace("`", "'")[:80]
+
+
+def _after(created: object, raised: str) -> bool:
+    """Whether a comment made at ``created`` (GitHub's time, to the second) came after
+    the card was raised at ``raised``: strictly, in a later second (one made in the same
+    second may have answered the card before it)."""
+    if not isinstance(created, str) or not raised:
+        return False
+    try:
+        return instant(created) > instant(raised).replace(microsecond=0)
+    except ValueError:
+        return False
 
 
 def instant(text: str) -> datetime:

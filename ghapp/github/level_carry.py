@@ -327,10 +327,8 @@ class Carrier:
         try:
             result = self.executor.perform(action)
         except ActionFailed as exc:
-            moved.error = (
-                f"GitHub refused to show the delivery on {t} ({exc}); the job needs "
-                "checks: write and pull-requests: write (or an App with them)"
-            )
+            # (a 403 names the permission the token lacks: see errors.permission_hint)
+            moved.error = f"GitHub refused to show the delivery on {t} ({exc})"
             return
         moved.shown = "shown" if result.get("applied") else "newer shown"
         comment = result.get("comment")

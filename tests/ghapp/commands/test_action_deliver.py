@@ -398,6 +398,53 @@ def test_a_failed_deployment_is_a_card_answered_on_the_pull_request(runner: Runn
     assert stage_shown(r, number) == "cancelled"
 
 
+def test_a_wrong_delivery_answer_gets_one_reply_and_the_rules_desk_leaves_it_alone(
+    runner: Runner,
+) -> None:
+    """In mode auto (the rules' answer desk and the delivery in one run), `/answer d1 2`
+    got a reply saying it was no answer while the delivery took it; an answer naming
+    another card, or no number, got nothing at all."""
+    r = runner
+    number, head = prepare(r, matches=1)
+    r.gh.world.set_deploy(delay=0.2, result="failure")
+    r.gh.world.add_label("maintainer", number, "deliver")
+    home = {"AUTOLOOP_MODE": "auto"}
+    ok(r.run("pull_request", r.pull_labeled(number, "deliver", "maintainer"), run_id=8411, **home))
+    ci_passes(r, head)
+    ok(r.run("check_suite", r.check_suite_completed(number), run_id=8412, **home))
+    assert r.gh.world.settle()
+    blocked = ok(r.run("deployment_status", r.deployment_status(), run_id=8413, **home))
+    assert blocked.outputs["stage"] == "blocked"
+
+    def say(text: str, run_id: int) -> Ran:
+        said = r.gh.world.comment("maintainer", number, text)
+        payload = r.comment_created(number, said)
+        payload["issue"]["pull_request"] = {"url": f"{r.gh.api_url}/pulls/{number}"}
+        return ok(r.run("issue_comment", payload, run_id=run_id, **home))
+
+    def replies() -> list[str]:
+        return [c["body"] for c in r.comments(number) if "was not taken" in c["body"]]
+
+    time.sleep(1.1)  # GitHub's times are to the second: a later one than the card's
+    say("/answer d2 1", 8414)
+    say("/answer d1 one", 8415)
+    wrong = replies()
+    assert len(wrong) == 2, wrong
+    assert "your `/answer d2 1` was not taken: card d1 is the one open" in wrong[0]
+    assert "your `/answer d1 one` was not taken: card d1 is the one open" in wrong[1]
+    assert all("`/answer d1 N` on a line of its own, N from 1 to 2" in w for w in wrong)
+    taken = say("/answer d1 2", 8416)
+    assert taken.outputs["stage"] == "cancelled"
+    assert "/answer d1 2 by maintainer" in taken.stdout
+    assert "refused" not in taken.summary and len(replies()) == 2  # no reply to the answer
+    say("/answer d7 1", 8417)
+    say("/answer d1 1", 8418)  # the card that was answered: no reply (a re-run sees it too)
+    after = replies()
+    assert len(after) == 3, after
+    assert "there is no card d7 on this pull request, and no delivery card is open" in after[2]
+    assert merges(r) == 1
+
+
 # --------------------------------------------------------------------------- tokens
 
 
