@@ -4,7 +4,10 @@ Each is an event on its matter, so that a turn runs for it like for any other ev
 A schedule (a rule's ``every``) is due when its cron line has ticked, in the rules' time
 zone, since the last tick recorded (``Meta.ticks``); the first time a schedule is seen
 only a tick of the last minute counts, so a new rule does not replay its history, and
-after a clock jump only the latest missed tick fires. A Tick's decision wakes the shell
+after a clock jump only the latest missed tick fires. A schedule first seen later than
+that minute records its latest tick as seen, without firing it: the next tick then fires
+whenever it is seen (a scheduled CI run starts minutes late; every one was a first sight,
+and such a rule never fired). A Tick's decision wakes the shell
 again at the next timer, lease or schedule instant it knows of.
 """
 
@@ -71,6 +74,8 @@ def tick(ctx: Context, inp: Tick) -> Reply:
         for rule, at in due_schedules(ctx.rules, st.meta.ticks, inp.local_now):
             _schedule(ctx, rule, at)
             schedules += 1
+        for rule, at in _unseen_schedules(ctx.rules, st.meta.ticks, inp.local_now):
+            ctx.emit(f.ScheduleTicked(rule=rule.name, at=at))  # seen, not fired
         for rule in ctx.rules.rules:
             if rule.every:
                 ctx.wake(iso(_cron(rule.every).next_after(inp.local_now)))
@@ -115,6 +120,20 @@ def due_schedules(
             continue
         due.append((rule, at))
     return due
+
+
+def _unseen_schedules(
+    rules: Rules, ticks: Mapping[str, str], local_now: datetime
+) -> list[tuple[Rule, str]]:
+    """Schedules never ticked whose latest tick is older than :data:`FIRST_SIGHT` (they
+    are not due), each with that tick's instant (iso): their starting point."""
+    out: list[tuple[Rule, str]] = []
+    for rule in rules.rules:
+        if rule.every and rule.name not in ticks:
+            latest = _cron(rule.every).last_at_or_before(local_now)
+            if latest.astimezone(UTC) < local_now.astimezone(UTC) - FIRST_SIGHT:
+                out.append((rule, iso(latest)))
+    return out
 
 
 @functools.lru_cache(maxsize=64)

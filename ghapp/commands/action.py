@@ -205,12 +205,6 @@ def _run(
         server_url=renv.server_url,
     )
     read_only = read_only_reason(renv, payload)
-    if renv.mode in ("auto", "deliver") and not renv.uses_app and not read_only:
-        report.warnings.append(
-            "a merge made with GITHUB_TOKEN does not start 'push' workflows, so a deploy on "
-            "push would never run: give 'app-id' and 'private-key' for the delivery pipeline "
-            "(or set mode: triage)"
-        )
     if read_only:
         report.warnings.append(f"nothing was run or written: {read_only}")
     with contextlib.ExitStack() as stack:
@@ -244,6 +238,24 @@ def _run(
             report.warnings += later
         if who is not None and renv.mode != "triage" and report.events:
             report.deliveries = deliver(hub, who, renv, report.events, payload=payload, say=say)
+        merging = [m for m in report.deliveries if m.mode == "deliver" and not m.error]
+        if merging and not renv.uses_app:
+            # Only where a delivery that merges moved: on every run (an issue, a comment,
+            # the clock, no delivery at all) it could not be silenced.
+            report.warnings.append(
+                "a merge made with GITHUB_TOKEN does not start 'push' workflows, so a deploy "
+                "on push would never run: give 'app-id' and 'private-key' for the delivery "
+                "pipeline (or set mode: triage)"
+            )
+        timed = [r.name for r in hub.rules().rules if r.every]
+        if renv.event_name == "schedule" and timed and not renv.ledger_outlives_job:
+            report.warnings.append(
+                f"rule(s) {', '.join(timed)} with 'every' never fire here: a schedule fires "
+                "from the last tick its ledger remembers, and the ledger is in "
+                f"{renv.home} on a GitHub-hosted runner, gone when the job ends. Give "
+                "'database-url' (PostgreSQL), or run on a self-hosted runner with a "
+                "persistent 'home'"
+            )
         report.cards = _changed_cards(hub, before)
         report.new_cards = [c for c in report.cards if c.id not in before]
         report.subjects = _subjects(hub, report)
@@ -320,7 +332,11 @@ def deliver(
     updated = pull.get("updated_at") if isinstance(pull, Mapping) else None
     for item in recorded:
         subject = item.event.subject
-        if item.code == "recorded" and item.event.type == "pull_request.labeled":
+        # A re-run finds its label event recorded already (by the attempt that failed):
+        # it counts as well, by its time (a label older than the delivery's end starts
+        # nothing; see trigger.added_after).
+        known = item.code == "recorded" or bool(updated)
+        if known and item.event.type == "pull_request.labeled":
             number = subject.rpartition("#")[2]
             if number.isdigit():
                 relabeled[int(number)] = updated if isinstance(updated, str) else ""

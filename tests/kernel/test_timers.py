@@ -48,6 +48,24 @@ def test_a_new_schedule_does_not_replay_its_history() -> None:
     assert due_schedules(rules, {"morning": iso(T0)}, T0 + timedelta(days=1)) != []
 
 
+def test_a_schedule_first_seen_late_fires_its_next_tick_whenever_seen() -> None:
+    """Scheduled CI runs start minutes after their slot: each was a first sight, later
+    than a minute, and a rule every 15 minutes never fired. The first sight now records
+    the latest tick as seen (not fired); the next fires however late it is seen."""
+    kn = Kernel(rules_of(_every("*/15 * * * *")))
+    fired = []
+    for minutes in (4, 19, 33, 48.5, 64):
+        kn.now = T0 + timedelta(minutes=minutes)
+        fired.append(_tick(kn).reply.data["schedules"])
+    assert fired == [0, 1, 1, 1, 1]
+    ids = [e.event.id for e in kn.state.events.values()]
+    assert ids == [
+        f"morning@2026-11-30T{t}:00.000000+00:00" for t in ("09:15", "09:30", "09:45", "10:00")
+    ]
+    assert kn.state.meta.ticks["morning"] == "2026-11-30T10:00:00.000000+00:00"
+    assert kn.replayed().records() == kn.state.records()
+
+
 def test_schedules_follow_the_wall_clock_of_the_rules_time_zone() -> None:
     kn = Kernel(rules_of(_every("0 17 * * *")), now=T0)  # 09:00 UTC is 17:00 at +08:00
     assert _tick(kn).reply.data["schedules"] == 0

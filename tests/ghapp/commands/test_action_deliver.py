@@ -184,10 +184,13 @@ def test_a_delivery_crosses_four_workflow_runs_with_a_home_that_outlives_them(
     assert "`github.merge:done`" in checked.summary
     assert "| `deployment` → `delivered` | - |" in deployed.summary, deployed.summary
     assert "Nothing waits in this job" in checked.summary
-    # GITHUB_TOKEN merged it, which starts no push workflow: every deliver run says so.
-    for ran in runs:
+    # GITHUB_TOKEN merged it, which starts no push workflow: every run that moved the
+    # delivery says so; the clock's run, which found nothing to move, does not.
+    *moving, ticked = runs
+    for ran in moving:
         (warning,) = annotations(ran.stdout, "warning")
         assert "GITHUB_TOKEN does not start 'push' workflows" in warning
+    assert annotations(ticked.stdout, "warning") == []
 
 
 def test_a_fresh_home_on_every_run_rebuilds_from_the_pull_request_and_merges_once(
@@ -333,6 +336,32 @@ def test_a_delivery_that_ended_starts_again_only_on_a_new_label(runner: Runner) 
     state = decode_state(comment["body"])
     assert state is not None and (state["run"], state["stage"]) == (2, "checks")
     assert own_runs(r, head) == [("in_progress", None)]
+    assert merges(r) == 0
+
+
+def test_a_rerun_of_a_failed_relabel_run_starts_the_delivery_in_the_same_home(
+    runner: Runner,
+) -> None:
+    """With a home that outlives the job, the re-run of a label run that failed found its
+    event recorded already, and the delivery stayed cancelled with the label on."""
+    r = runner
+    number, _ = prepare(r)
+    r.gh.world.add_label("maintainer", number, "deliver")
+    labelled = r.pull_labeled(number, "deliver", "maintainer")
+    ok(r.run("pull_request", labelled, run_id=8161, AUTOLOOP_MODE="deliver"))
+    r.gh.world.remove_label("maintainer", number, "deliver")
+    unlabelled = r.pull_labeled(number, "deliver", "maintainer", action="unlabeled")
+    ok(r.run("pull_request", unlabelled, run_id=8162, AUTOLOOP_MODE="deliver"))
+    time.sleep(1.1)  # GitHub's times are to the second: the label comes after the end
+    r.gh.world.add_label("maintainer", number, "deliver")
+    again = r.pull_labeled(number, "deliver", "maintainer")
+    r.gh.world.faults.add("error_502", method="GET", path="*/pulls/*", times=None)
+    failed = r.run("pull_request", again, run_id=8163, AUTOLOOP_MODE="deliver")
+    assert failed.code == 1, failed.stdout + failed.stderr
+    r.gh.world.faults.clear()
+    rerun = ok(r.run("pull_request", again, run_id=8163, attempt=2, AUTOLOOP_MODE="deliver"))
+    assert "already recorded" in rerun.stdout
+    assert rerun.outputs["stage"] == "checks", rerun.stdout
     assert merges(r) == 0
 
 
