@@ -132,6 +132,14 @@ def run_agent(
             result = AgentResult(started=False, ok=False, error=f"adapter error: {exc!r}")
     finally:
         stop.set()
+    # Nothing of a turn runs once it ended: a child the agent started in a session of its
+    # own (setsid, a daemon) left its process group and outlived the turn.
+    left = stop_leftovers(prepared.folder)
+    if left:
+        log.warning(
+            "turn %s: stopped %d process(es) its agent left running (pids %s)",
+            prepared.request.turn, len(left), ", ".join(map(str, left)),
+        )  # fmt: skip
     try:
         (prepared.folder / "output.log").write_text(redact(result.output or result.final_message))
         scrub_folder(prepared.folder, redact)  # what the agent wrote there (report.json...)

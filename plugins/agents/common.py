@@ -20,6 +20,7 @@ import json
 import math
 import os
 import re
+import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +61,10 @@ NEVER_PASSED = re.compile(r"^(AUTOLOOP_.*|GITHUB_TOKEN|GH_TOKEN|GH_ENTERPRISE_TO
 
 REPORT_NAME = "report.json"
 MAX_REPORT_BYTES = 64 * 1024
+#: A turn reporting more is not believed (1e308 dollars made every day's total infinite,
+#: and `status --json` printed Infinity, which is no JSON).
+MAX_TURN_TOKENS = 10**10
+MAX_TURN_COST_USD = 100_000.0
 # Session ids go back into argv on the next turn, so they must never look like an option.
 SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 STDERR_SESSION = re.compile(r"^AUTOLOOP_SESSION_ID=(\S+)\s*$", re.M)
@@ -127,9 +132,8 @@ def read_report(path: Path, stderr: str = "") -> Report:
     """What the agent reported about itself; fields that are missing or malformed are None."""
     data: Any = None
     try:
-        with path.open("rb") as fh:
-            raw = fh.read(MAX_REPORT_BYTES + 1)
-        if len(raw) <= MAX_REPORT_BYTES:
+        raw = _read_regular(path, MAX_REPORT_BYTES + 1)
+        if raw is not None and len(raw) <= MAX_REPORT_BYTES:
             data = json.loads(raw.decode("utf-8"))
     except (OSError, ValueError):
         data = None
@@ -144,15 +148,41 @@ def read_report(path: Path, stderr: str = "") -> Report:
     return Report(
         session=session,
         tokens=tokens
-        if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0
+        if isinstance(tokens, int)
+        and not isinstance(tokens, bool)
+        and 0 <= tokens <= MAX_TURN_TOKENS
         else None,
         cost_usd=float(cost)
         if isinstance(cost, int | float)
         and not isinstance(cost, bool)
         and math.isfinite(cost)
-        and cost >= 0
+        and 0 <= cost <= MAX_TURN_COST_USD
         else None,
     )
+
+
+def _read_regular(path: Path, limit: int) -> bytes | None:
+    """At most ``limit`` bytes of ``path`` when it is a regular file (not through a
+    symbolic link); None otherwise. The agent made the file: a FIFO there blocked the
+    worker for ever, after the agent had exited and its timeout no longer applied."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        chunks, left = [], limit
+        while left > 0:
+            chunk = os.read(fd, min(left, 65536))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def as_positional(text: str) -> str:

@@ -220,6 +220,33 @@ def test_malformed_reports_are_ignored_field_by_field(tmp_path: Path) -> None:
     assert (report.session, report.tokens, report.cost_usd) == ("s-1", 7, 0.25)
 
 
+def test_a_report_that_is_no_regular_file_is_ignored_without_blocking(tmp_path: Path) -> None:
+    """The agent makes its report file: a FIFO there blocked the worker for ever (the
+    agent had exited; its timeout no longer applied)."""
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    started = time.monotonic()
+    assert read_report(fifo) == read_report(tmp_path / "missing.json")
+    assert time.monotonic() - started < 2
+    real = tmp_path / "real.json"
+    real.write_text(json.dumps({"session": "s-1", "tokens": 7}))
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    assert read_report(link).session is None  # not through a link (to the hub's files)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("cost_usd", 1e308), ("cost_usd", 100_001), ("tokens", 10**18)]
+)
+def test_reported_usage_beyond_belief_is_ignored(tmp_path: Path, field: str, value: float) -> None:
+    """1e308 dollars made the day's total infinite (status --json printed Infinity, and
+    every rule's daily cap was reached)."""
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps({"session": "s-1", field: value}))
+    report = read_report(path)
+    assert report.session == "s-1" and getattr(report, field) is None
+
+
 def test_the_fakes_are_executables(tmp_path: Path) -> None:
     for name in ("claude", "codex", "plain-agent"):
         assert os.access(FAKES_BIN / name, os.X_OK), name

@@ -6,6 +6,7 @@ AUTOLOOP_HOME with a real SQLite ledger and real agent subprocesses.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -548,3 +549,54 @@ def test_answering_a_deliverys_card_says_serve_moves_it_on(cli: Cli) -> None:
     said = cli.run("answer", card, "1").stdout
     assert "'autoloop serve' moves the delivery on (no drain needed)" in said
     assert "autoloop drain" not in said
+
+
+ESCAPER = """\
+import os, subprocess, sys
+child = subprocess.Popen(
+    [sys.executable, "-c", "import time; time.sleep(300)"],
+    start_new_session=True,  # its own session: out of the agent's process group
+    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+)
+open(sys.argv[1], "w").write(str(child.pid))
+print("```autoloop")
+print('{"notice": [{"title": "left a child"}]}')
+print("```")
+"""
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, ended and waiting for its parent, does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_a_child_the_agent_left_in_a_session_of_its_own_is_stopped_with_the_turn(
+    cli: Cli,
+) -> None:
+    """Nothing of a turn runs once it ended: a child started with setsid outlived it."""
+    agent = cli.home.parent / "escaper.py"
+    agent.write_text(ESCAPER)
+    pid_file = cli.home.parent / "child.pid"
+    cli.home.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "agents": {"e": {"use": "command", "command": [sys.executable, str(agent), str(pid_file)]}},
+        "rules": [{"name": "r", "on": {"source": "local", "type": "ping"}, "agent": "e"}],
+    }
+    (cli.home / "rules.json").write_text(json.dumps(doc))
+    cli.run("init")
+    cli.run("emit", "local", "ping", "x", "--id", "e1")
+    started = time.monotonic()
+    drained = cli.run("drain")
+    assert "left a child" in drained.stdout + drained.stderr
+    assert time.monotonic() - started < 30
+    pid = int(pid_file.read_text())
+    try:
+        assert not running(pid), "the child still runs"
+        assert f"stopped 1 process(es) its agent left running (pids {pid})" in drained.stderr
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, 9)
