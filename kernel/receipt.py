@@ -13,9 +13,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any, NoReturn
 
-from kernel.durations import parse_duration, parse_iso
+from kernel.durations import MAX_DURATION_S, parse_duration, parse_iso
 from kernel.fence import find_block
 from kernel.model import (
     ActionSpec,
@@ -60,8 +61,11 @@ _LATER_KEYS = ("in", "at", "why")
 _EVENT_KEYS = ("type", "subject", "summary", "details")
 
 
-def parse_receipt(message: str, *, rule: Rule) -> Receipt | ReceiptError | None:
-    """Parse and validate the receipt of ``message`` for a turn of ``rule``.
+def parse_receipt(
+    message: str, *, rule: Rule, now: datetime | None = None
+) -> Receipt | ReceiptError | None:
+    """Parse and validate the receipt of ``message`` for a turn of ``rule``; ``now``, the
+    decision's, bounds a ``later`` at an instant (at most ten years away, as ``in``).
 
     None: no block. :class:`ReceiptError`: a block that cannot be applied, with what is
     wrong and where. Never raises for any ``message``.
@@ -102,7 +106,7 @@ def parse_receipt(message: str, *, rule: Rule) -> Receipt | ReceiptError | None:
     except RecursionError:
         return ReceiptError(message="the autoloop block is nested too deeply to read")
     try:
-        return _receipt(data, rule)
+        return _receipt(data, rule, now)
     except _Invalid as exc:
         where = exc.where or "receipt"
         return ReceiptError(message=f"{where}: {exc.problem}", where=exc.where)
@@ -255,7 +259,7 @@ def _notice(value: object, where: str) -> NoticeSpec:
     )
 
 
-def _later(value: object, where: str) -> LaterSpec:
+def _later(value: object, where: str, now: datetime | None = None) -> LaterSpec:
     obj = _object(value, where, _LATER_KEYS)
     why = _text(obj, "why", where) or ""
     has_in, has_at = obj.get("in") is not None, obj.get("at") is not None
@@ -270,8 +274,13 @@ def _later(value: object, where: str) -> LaterSpec:
         return LaterSpec(in_seconds=seconds, why=why)
     try:
         at = parse_iso(obj["at"])
+        utc = at.astimezone(UTC)  # (year 9999 at -01:00 is out of range: it crashed)
     except ValueError as exc:
         _fail(f"{where}.at", str(exc))
+    except OverflowError:
+        _fail(f"{where}.at", f"{_quoted(obj['at'])} is out of the range of dates")
+    if now is not None and abs((utc - now).total_seconds()) > MAX_DURATION_S:
+        _fail(f"{where}.at", 'must be within ten years of now, as "in" is')
     return LaterSpec(at=at.isoformat(), why=why)
 
 
@@ -319,7 +328,7 @@ def _action(value: object, where: str) -> ActionSpec:
     return ActionSpec(do=name, params=params)
 
 
-def _receipt(data: object, rule: Rule) -> Receipt:
+def _receipt(data: object, rule: Rule, now: datetime | None = None) -> Receipt:
     if not isinstance(data, dict):
         _fail("", f"the autoloop block must hold one JSON object, got {_kind(data)}")
     for key in data:
@@ -340,7 +349,9 @@ def _receipt(data: object, rule: Rule) -> Receipt:
     return Receipt(
         ask=ask,
         notice=notice,
-        later=tuple(_later(item, f"later[{i}]") for i, item in enumerate(_list(data, "later"))),
+        later=tuple(
+            _later(item, f"later[{i}]", now) for i, item in enumerate(_list(data, "later"))
+        ),
         resolve=tuple(
             _resolve(item, f"resolve[{i}]") for i, item in enumerate(_list(data, "resolve"))
         ),

@@ -101,7 +101,7 @@ def finish(ctx: Context, inp: Finish) -> Reply:
     out = inp.outcome
     if not out.ok:
         return failed(ctx, t, m, rule, out)
-    parsed = parse_receipt(out.final_message, rule=rule)
+    parsed = parse_receipt(out.final_message, rule=rule, now=ctx.now)
     base: dict[str, Any] = {
         "turn": t.id,
         "matter": m.id,

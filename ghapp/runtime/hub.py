@@ -22,7 +22,7 @@ from ghapp.runtime.budget import UsageMeter, cap_notice, day_bounds
 from ghapp.runtime.cards import Cards, ChannelMaker
 from ghapp.runtime.ledger import Ledger, Outcome
 from ghapp.runtime.outbox import Outbox
-from ghapp.runtime.redact import is_maskable, is_secret_key, mask
+from ghapp.runtime.redact import is_maskable, is_secret_key, mask, plain_escapes
 from ghapp.runtime.rules_file import real_clock
 from ghapp.runtime.turns import PreparedTurn, prepare, run_agent, stop_leftovers
 from ghapp.store.base import Store
@@ -149,7 +149,9 @@ class RedactingLedger(Ledger):
             out = inp.outcome
             return replace(
                 inp,
-                outcome=replace(out, final_message=r(out.final_message), error=r(out.error)),
+                outcome=replace(
+                    out, final_message=r(plain_escapes(out.final_message)), error=r(out.error)
+                ),
             )
         if isinstance(inp, k.ActionDone):
             return replace(inp, result=scrub(dict(inp.result), r), error=r(inp.error))
@@ -390,7 +392,19 @@ class Hub:
                 heartbeat=heartbeat,
                 heartbeat_every_s=heartbeat_every_s,
             )
-        out = self.ledger.decide(k.Finish(turn=turn.id, fence=turn.fence, outcome=outcome))
+        finish = k.Finish(turn=turn.id, fence=turn.fence, outcome=outcome)
+        try:
+            out = self.ledger.decide(finish)
+        except (ArithmeticError, LookupError, TypeError, ValueError) as exc:
+            # Not the ledger's trouble (that raises its own errors): this end could not be
+            # applied. The turn ends failed, saying why, rather than stay running until its
+            # claim lapsed, with every pass failing on it and the cause recorded nowhere.
+            log.error(
+                "turn %s: its end could not be applied: %s: %s", turn.id, type(exc).__name__, exc
+            )
+            why = f"the hub could not apply the turn's end ({type(exc).__name__}: {exc})"
+            failed = replace(outcome, ok=False, final_message="", error=why, retry=False)
+            out = self.ledger.decide(replace(finish, outcome=failed))
         self._after(out)
         return out
 

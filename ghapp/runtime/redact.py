@@ -62,7 +62,7 @@ from dataclasses import dataclass
 from typing import TypeVar, cast
 from urllib.parse import quote, quote_plus
 
-__all__ = ["MIN_VALUE_LENGTH", "Redactor", "is_secret_key", "mask"]
+__all__ = ["MIN_VALUE_LENGTH", "Redactor", "is_secret_key", "mask", "plain_escapes"]
 
 MIN_VALUE_LENGTH = 8
 _MARK = "[REDACTED:"
@@ -290,6 +290,29 @@ _BASE64_MIN = 40
 # bytes.translate table: base64 characters become "A", everything else a space
 _BASE64_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 _BASE64_TABLE = bytes(ord("A") if b in _BASE64_ALPHABET else ord(" ") for b in range(256))
+
+
+_ESCAPE = re.compile(r"\\(?:(\\)|u([0-9a-fA-F]{4})|(/))")
+
+
+def plain_escapes(text: str) -> str:
+    """``text`` with JSON's ``\\uXXXX`` and ``\\/`` escapes written out, where the
+    character needs none in a JSON string: a receipt that spells a secret
+    ``shop\\u002dkey`` is read as ``shop-key`` by the kernel, so that is how it must be
+    seen to be masked (it reached cards and the ledger in clear). Escaped backslashes,
+    quotes, control characters and surrogate halves stay escaped: the JSON reads the same."""
+
+    def one(m: re.Match[str]) -> str:
+        if m.group(1):
+            return m.group(0)  # an escaped backslash: what follows is no escape
+        if m.group(3):
+            return "/"
+        ch = chr(int(m.group(2), 16))
+        if ch in '"\\' or ord(ch) < 0x20 or 0xD800 <= ord(ch) <= 0xDFFF or ord(ch) == 0x7F:
+            return m.group(0)
+        return ch
+
+    return _ESCAPE.sub(one, text) if "\\" in text else text
 
 
 def _literal_forms(value: str) -> set[str]:

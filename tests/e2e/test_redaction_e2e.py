@@ -146,3 +146,50 @@ def _turns(home: Home, n: int) -> list[dict[str, Any]] | None:
     turns: list[dict[str, Any]] = home.status()["turns"]
     done = [t for t in turns if t["state"] != "running"]
     return turns if len(done) >= n else None
+
+
+ESCAPING_AGENT = r"""
+import json, os
+secret = os.environ["SHOP_TOKEN"]
+spelled = "".join("\\u%04x" % ord(c) if c.isalpha() else c for c in secret)
+print("```autoloop")
+print('{"notice": [{"title": "esc %s"}], "ask": [{"key": "k", "title": "t", '
+      '"options": ["%s", "b"]}]}' % (spelled, spelled))
+print("```")
+"""
+
+
+def test_a_secret_spelled_with_json_escapes_in_a_receipt_is_masked(tmp_path: Path) -> None:
+    """The kernel reads `\\u0073hop` as `shop`: a receipt that spelled a marked secret so
+    put it in clear into cards and the ledger."""
+    home = Home(tmp_path)
+    home.base["SHOP_TOKEN"] = SHOP_TOKEN
+    agent_file = tmp_path / "escaping.py"
+    agent_file.write_text(ESCAPING_AGENT)
+    home.rules(
+        {
+            "secret_env": ["SHOP_TOKEN"],
+            "agents": {
+                "e": {
+                    "use": "command",
+                    "command": [sys.executable, str(agent_file)],
+                    "pass_env": ["SHOP_TOKEN"],
+                }
+            },
+            "rules": [{"name": "r", "on": {"type": ["leak.report"]}, "agent": "e"}],
+        }
+    )
+    home.run("emit", "local", "leak.report", "x", "--id", "e1")
+    drained = home.run("drain")
+    cards = home.json("cards", "--all")["cards"]
+    titles = sorted(c["title"] for c in cards)
+    assert titles[0].startswith("esc [REDACTED:"), titles
+    (ask,) = [c for c in cards if c["key"] == "k"]
+    assert ask["options"][0].startswith("[REDACTED:") and ask["options"][1] == "b"
+    stored = everything_stored(home.home)
+    printed = (drained.stdout + drained.stderr).encode()
+    spelled = "".join(f"\\u{ord(c):04x}" if c.isalpha() else c for c in SHOP_TOKEN)
+    for name, blob in {**stored, "printed": printed}.items():
+        assert not any(f in blob for f in forms(SHOP_TOKEN)), name
+        assert spelled.encode() not in blob, name
+    assert b"[REDACTED:" in stored["turns/t1/output.log"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -397,6 +398,28 @@ def test_a_rule_without_emits_allows_no_events() -> None:
 def test_later_at_keeps_the_instant_with_its_offset() -> None:
     result = parse({"later": [{"at": "2026-03-01T09:00:00+08:00", "why": "look again"}]})
     assert result == Receipt(later=(LaterSpec(at="2026-03-01T09:00:00+08:00", why="look again"),))
+
+
+@pytest.mark.parametrize(
+    ("at", "problem"),
+    [
+        ("9999-12-31T23:59:59-01:00", "a text of 25 characters is out of the range of dates"),
+        ("0001-01-01T00:00:00+01:00", "a text of 25 characters is out of the range of dates"),
+        ("9999-12-31T23:59:59+00:00", 'must be within ten years of now, as "in" is'),
+        ("2037-01-01T00:00:00Z", 'must be within ten years of now, as "in" is'),
+        ("1990-01-01T00:00:00Z", 'must be within ten years of now, as "in" is'),
+    ],
+)
+def test_later_at_out_of_range_is_a_receipt_error(at: str, problem: str) -> None:
+    """An instant beyond the dates the clock can hold crashed every drain (OverflowError)
+    until the turn's claim lapsed, and the cause was never recorded."""
+    now = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
+    text = "done\n```autoloop\n" + json.dumps({"later": [{"at": at}]}) + "\n```\n"
+    result = parse_receipt(text, rule=RULE, now=now)
+    assert result == ReceiptError(message=f"later[0].at: {problem}", where="later[0].at")
+    fine = "2036-11-01T00:00:00+00:00"  # within ten years
+    text = "done\n```autoloop\n" + json.dumps({"later": [{"at": fine}]}) + "\n```\n"
+    assert parse_receipt(text, rule=RULE, now=now) == Receipt(later=(LaterSpec(at=fine),))
 
 
 def test_later_in_accepts_compound_durations() -> None:

@@ -15,7 +15,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from ghapp.runtime.hub import RedactingLedger
-from ghapp.runtime.redact import MIN_VALUE_LENGTH, Redactor, is_secret_key, mask
+from ghapp.runtime.redact import MIN_VALUE_LENGTH, Redactor, is_secret_key, mask, plain_escapes
 from kernel import inputs as k
 from kernel.model import Event
 from tests import paths
@@ -432,3 +432,16 @@ def test_the_hubs_cleaning_keeps_every_field_of_an_ingest_and_masks_the_texts() 
     assert all(token not in t for t in texts) and all(t for t in texts)
     assert out.event.subject.startswith("o/r#1 ")
     assert out.event.details["n"] == 1
+
+
+@given(st.recursive(st.text(), lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner)))
+def test_json_with_its_escapes_written_out_reads_the_same(value: object) -> None:
+    for text in (json.dumps(value), json.dumps(value, ensure_ascii=False)):
+        assert json.loads(plain_escapes(text)) == value
+    assert json.loads(plain_escapes(json.dumps(json.dumps(value)))) == json.dumps(value)
+
+
+def test_a_secret_spelled_with_escapes_is_written_out_to_be_masked() -> None:
+    assert plain_escapes(r'"shop\u002dkey\/x"') == '"shop-key/x"'
+    assert plain_escapes(r'"a\\u002d"') == r'"a\\u002d"'  # an escaped backslash, then text
+    assert plain_escapes(r'"\u0022\u000a\ud83d\ude00"') == r'"\u0022\u000a\ud83d\ude00"'

@@ -110,3 +110,37 @@ def test_drain_says_which_turn_holds_a_matter_instead_of_nothing_to_run(tmp_path
     assert said.startswith("nothing to run now: turn t1 of matter hello is running on worker ")
     assert "'elsewhere'" in said and turn.lease_until in said
     assert json.loads(home.run("status", "--json").stdout)["turns"][0]["state"] == "running"
+
+
+def test_an_end_the_kernel_cannot_apply_ends_the_turn_failed_saying_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A receipt the kernel failed on (a `later` at year 9999 west of UTC raised an
+    OverflowError) left the turn running until its claim lapsed, failing every pass, with
+    the cause recorded nowhere. Whatever such a slip is, the turn ends failed and says it."""
+    import kernel.turns as kernel_turns
+
+    home = Home(tmp_path)
+    home.rules(RULES)
+    ctx = OpenedHome.open(env={"AUTOLOOP_HOME": str(home.home)}, home=home.home)
+    hub = ctx.hub()
+    real = kernel_turns.parse_receipt
+    calls = []
+
+    def slip(*args: object, **kw: object) -> object:
+        calls.append(1)
+        if len(calls) == 1:
+            raise OverflowError("date value out of range")
+        return real(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(kernel_turns, "parse_receipt", slip)
+    hub.emit(Event(source="local", id="1", type="hello.world", subject="demo"))
+    caplog.set_level(logging.ERROR)
+    hub.drain()
+    with hub.store.read() as tx:
+        t1 = tx.get("turn", "t1")
+    assert isinstance(t1, Turn) and t1.state == "failed", t1
+    assert "the hub could not apply the turn's end (OverflowError: date value out of range)" in (
+        t1.error
+    )
+    assert "turn t1: its end could not be applied: OverflowError" in caplog.text
