@@ -199,9 +199,11 @@ class Home:
     def hub(self, *, console: TextIO | None = None, **kw: object) -> Hub:
         """The hub of this home; ``console`` is where console channels print (stderr)."""
         from ghapp.runtime.hub import Hub  # noqa: PLC0415  # the hub loads only where it is used
+        from ghapp.runtime.turns import keep_private  # noqa: PLC0415  # (as above)
         from plugins.agents.registry import make_agent  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
         from plugins.channels.local import channel_makers  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
 
+        keep_private()  # before any agent runs: it cannot read this process's secrets
         rules = self.rules()
         redact = make_redact(self.home, rules, self.env)
         hub = Hub(

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -159,6 +160,28 @@ def run_agent(
         timed_out=result.timed_out,
         retry=result.retry,
     )
+
+
+def keep_private() -> bool:
+    """Make this process's memory and environment unreadable to other processes of its
+    user (Linux: not "dumpable"), agents included. An agent runs as the same user as the
+    hub: it read the hub's GITHUB_TOKEN and webhook secret in ``/proc/<hub>/environ``,
+    though its own environment holds none of them. Its own programs become readable
+    again when they start (exec resets the flag). True when it took effect; elsewhere,
+    or if refused, nothing changes (one debug line)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes  # noqa: PLC0415  # only the processes that run agents need it
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_dumpable = 4
+        if libc.prctl(pr_set_dumpable, 0, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE) refused")
+    except (OSError, AttributeError) as exc:
+        log.debug("the process stays readable by its user's other processes: %s", exc)
+        return False
+    return True
 
 
 def scrub_folder(folder: Path, redact: Redact) -> int:

@@ -9,9 +9,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -600,3 +602,83 @@ def test_a_child_the_agent_left_in_a_session_of_its_own_is_stopped_with_the_turn
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, 9)
+
+
+SNOOPER = """\
+import os
+try:
+    with open(f"/proc/{os.getppid()}/environ", "rb") as fh:
+        said = "read it" + (" with the token" if b"GITHUB_TOKEN=" in fh.read() else "")
+except OSError as exc:
+    said = f"refused: {type(exc).__name__}"
+print("```autoloop")
+print('{"notice": [{"title": "%s"}]}' % said)
+print("```")
+"""
+
+
+def as_a_user() -> list[str]:
+    """The argv prefix that runs a program as an ordinary user: root reads every process's
+    environment, whatever the process says (none when this is no root)."""
+    if os.getuid() != 0:
+        return []
+    if shutil.which("setpriv") is None:
+        pytest.skip("running as root without setpriv: no ordinary user to be")
+    return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+def python_for(user: list[str]) -> str:
+    """A Python program ``user`` may run (the snooper needs nothing else)."""
+    if not user:
+        return sys.executable
+    for candidate in ("/usr/bin/python3", "/usr/local/bin/python3"):
+        done = subprocess.run([*user, candidate, "-c", "0"], capture_output=True, check=False)
+        if done.returncode == 0:
+            return candidate
+    pytest.skip("no Python an ordinary user may run")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and prctl: Linux")
+def test_an_agent_cannot_read_the_hubs_environment() -> None:
+    """The agent runs as the hub's user: it read GITHUB_TOKEN and the webhook secret in
+    /proc/<hub>/environ, though its own environment held neither."""
+    user = as_a_user()
+    root = Path(tempfile.mkdtemp(prefix="autoloop-snoop-"))
+    try:
+        home = root / "home"
+        home.mkdir()
+        agent = root / "snooper.py"
+        agent.write_text(SNOOPER)
+        doc = {
+            # (a Python the ordinary user may run: the venv's may live under /root)
+            "agents": {"s": {"use": "command", "command": [python_for(user), str(agent)]}},
+            "rules": [{"name": "r", "on": {"source": "local", "type": "ping"}, "agent": "s"}],
+        }
+        (home / "rules.json").write_text(json.dumps(doc))
+        root.chmod(0o755)
+        if user:
+            for path in (root, home, agent, home / "rules.json"):
+                os.chown(path, 65534, 65534)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOLOOP_")}
+        env.update(AUTOLOOP_HOME=str(home), GITHUB_TOKEN="ghp_" + "x" * 36, HOME=str(root))
+
+        def autoloop(*args: str) -> subprocess.CompletedProcess[str]:
+            argv = [*user, sys.executable, "-m", "ghapp.commands.cli", *args]
+            done = subprocess.run(
+                argv,
+                cwd=paths.ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+            assert done.returncode == 0, done.stdout + done.stderr
+            return done
+
+        autoloop("init")
+        autoloop("emit", "local", "ping", "x", "--id", "e1")
+        drained = autoloop("drain")
+        assert "refused: PermissionError" in drained.stdout, drained.stdout + drained.stderr
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
