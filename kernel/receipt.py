@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 from kernel.durations import MAX_DURATION_S, parse_duration, parse_iso
 from kernel.fence import find_block
 from kernel.model import (
+    HOP_LIMIT_KEY,
     ActionSpec,
     AskSpec,
     EmitSpec,
@@ -37,6 +38,7 @@ __all__ = [
     "MAX_ENTRIES",
     "MAX_OPTIONS",
     "MAX_TITLE",
+    "agent_may_resolve",
     "parse_receipt",
 ]
 
@@ -218,7 +220,20 @@ def _card_key(key: str | None, where: str) -> str | None:
             f"{_quoted(key)} is not a key: use letters, digits, _ . and -, start with a letter "
             "or _, at most 64 characters",
         )
+    if key == HOP_LIMIT_KEY:
+        _fail(f"{where}.key", f"{key!r} is the hub's own card: choose another key")
     return key
+
+
+def agent_may_resolve(key: str) -> bool:
+    """Whether a receipt's ``resolve`` may close the card of ``key``: the cards agents
+    raise (an ask's key, a notice's own or default key), not the hub's (a hop limit, a
+    failed turn, an unreadable receipt, an approval, a refused or failed write-back).
+    An agent closed its own matter's hop-limit card, the one that told the owner it
+    looped."""
+    if key.startswith("notice/"):
+        return True
+    return bool(CARD_KEY.fullmatch(key)) and key != HOP_LIMIT_KEY
 
 
 def _ask(value: object, where: str) -> AskSpec:

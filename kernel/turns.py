@@ -18,7 +18,7 @@ from kernel.context import Context
 from kernel.durations import iso, parse_instant
 from kernel.inputs import AgentOutcome, Claim, Finish, Heartbeat, PerformAction, Reply, SendCard
 from kernel.model import HOP_LIMIT_KEY, Event, Receipt, ReceiptError, Rule
-from kernel.receipt import parse_receipt
+from kernel.receipt import agent_may_resolve, parse_receipt
 from kernel.records import Matter, Turn
 
 __all__ = ["claim", "failed", "finish", "heartbeat"]
@@ -206,7 +206,8 @@ def _apply_receipt(ctx: Context, t: Turn, m: Matter, rule: Rule, r: Receipt) -> 
     st = ctx.state
     for key in r.resolve:
         for c in list(st.cards.values()):
-            if c.matter == m.id and key in (c.key, c.id) and c.state in ("open", "decided"):
+            mine = c.matter == m.id and key in (c.key, c.id) and c.state in ("open", "decided")
+            if mine and agent_may_resolve(c.key):  # the hub's own cards: the owner's to close
                 ctx.emit(f.CardResolved(card=c.id, turn=t.id))
     for ask in r.ask:
         live = ctx.live_card(m.id, ask.key)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 from kernel import inputs as k
-from kernel.model import HOP_LIMIT_KEY, Trigger
+from kernel.model import HOP_LIMIT_KEY, ReceiptError, Trigger
+from kernel.receipt import parse_receipt
 from kernel.state import replay
 from kernel.step import needs
 from tests.kernel.helpers import Kernel, ev, receipt, rule, rules_of
@@ -116,6 +117,28 @@ def test_self_waking_chain_stops_after_max_hops_with_one_card() -> None:
     assert "hop limit" in cut[0].reason
     hop_cards = [c for c in kn.state.cards.values() if c.key == HOP_LIMIT_KEY]
     assert len(hop_cards) == 1
+
+
+def test_an_agent_cannot_close_the_hubs_own_cards_in_its_matter() -> None:
+    """A looping agent closed its matter's hop-limit card, the one that told the owner
+    it looped. It still closes its own cards (the test below) and may not take the
+    hub's key for one of its own."""
+    loop = rule(on=Trigger(type=("ping",)), emits=("ping",))
+    kn = Kernel(rules_of(loop))
+    kn.step(k.Ingest(event=ev("start")))
+    while (t := kn.claim("r")) is not None:
+        kn.finish(t, receipt('{"events": [{"type": "ping"}]}'))
+    (hop,) = [c for c in kn.state.cards.values() if c.key == HOP_LIMIT_KEY]
+    kn.step(k.Ingest(event=ev("more")))
+    t = kn.claim("r")
+    assert t is not None
+    kn.finish(t, receipt(json.dumps({"resolve": [hop.id, HOP_LIMIT_KEY]})))
+    assert kn.state.turns[t].outcome == "ok"
+    assert kn.state.cards[hop.id].state == "open"
+    taken = {"ask": [{"key": HOP_LIMIT_KEY, "title": "x", "options": ["1"]}]}
+    refused = parse_receipt(receipt(json.dumps(taken)), rule=loop)
+    assert isinstance(refused, ReceiptError)
+    assert refused.message == "ask[0].key: 'hop-limit' is the hub's own card: choose another key"
 
 
 def test_an_answer_to_a_card_resolved_before_any_answer_says_so() -> None:
