@@ -38,7 +38,7 @@ from ghapp.runtime.ledger import Outcome
 from ghapp.runtime.links import LINKS_KEY_INFO, CardLinks, key_fingerprint
 from ghapp.runtime.logs import batch_lines
 from ghapp.runtime.settings import MIN_SECRET_CHARS, Settings, SettingsError, hmac_source
-from ghapp.runtime.worker import WorkerLoop
+from ghapp.runtime.worker import WorkerLoop, wait_for_turns
 from ghapp.store.base import StoreError
 from ghapp.store.sqlite import SqliteStore, sqlite_file
 from ghapp.web.app import Server, create_app
@@ -459,37 +459,4 @@ def main(argv: list[str]) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)  # the turn threads hold the interpreter's exit: not waited for
-    return 0
-
-
-def wait_for_turns(worker: WorkerLoop) -> int:
-    """After a stop, wait for the agents still running, saying so; a second Ctrl-C or
-    SIGTERM stops them now. Python would wait for their threads at exit in any case, in
-    silence, up to each rule's timeout_s (30 minutes by default), and a second signal did
-    nothing. The exit code: 0 once they ended, 1 when they were stopped."""
-    left = worker.running_turns()
-    if not left:
-        return 0
-    again = threading.Event()
-
-    def _again(signum: int, frame: object) -> None:
-        again.set()
-
-    signal.signal(signal.SIGINT, _again)
-    signal.signal(signal.SIGTERM, _again)
-    log.warning(
-        "stopping: waiting for turn(s) %s to end (each within its rule's timeout_s); "
-        "Ctrl-C (or SIGTERM) again stops them now (a restart takes them up from the ledger)",
-        ", ".join(left),
-    )
-    while worker.running_turns():
-        if again.wait(0.2):
-            stopped = worker.stop_turns_now()
-            log.warning(
-                "stopped turn(s) %s now: their agents were killed; a restart takes them up "
-                "from the ledger",
-                ", ".join(stopped) or "-",
-            )
-            return 1
-    log.info("the running turn(s) ended; stopped")
     return 0

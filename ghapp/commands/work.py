@@ -16,7 +16,7 @@ import threading
 
 from ghapp.commands.argtypes import poll_seconds, turns_at_once, worker_name
 from ghapp.commands.home import Home, configure_logs, home_from_env, require_home, reset_logs
-from ghapp.runtime.worker import WorkerLoop
+from ghapp.runtime.worker import WorkerLoop, wait_for_turns
 from ghapp.store.base import StoreError
 from kernel.errors import ConfigError
 
@@ -82,10 +82,18 @@ def main(argv: list[str]) -> int:
     print(f"autoloop work: worker {args.name!r} started", flush=True)
     log.info("worker %r started (pid %d)", args.name, os.getpid())
     loop.start()
+    code = 0
     try:
         stop.wait()
         loop.stop()
+        # As serve does: say which turns it waits for, and a second signal stops them now
+        # (it said "stopped" and went on for up to the rule's timeout_s, deaf to signals).
+        code = wait_for_turns(loop)
         log.info("worker %r stopped", args.name)
     finally:
         reset_logs()
+    if code:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)  # the turn threads hold the interpreter's exit: not waited for
     return 0

@@ -27,6 +27,7 @@ claim, e.g. after a long pause), the worker kills its own agent at once.
 from __future__ import annotations
 
 import logging
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -213,3 +214,36 @@ class WorkerLoop:
             return out
         finally:
             self._wake.set()  # a finished turn may have made its matter runnable again
+
+
+def wait_for_turns(worker: WorkerLoop) -> int:
+    """After a stop, wait for the agents still running, saying so; a second Ctrl-C or
+    SIGTERM stops them now. Python would wait for their threads at exit in any case, in
+    silence, up to each rule's timeout_s (30 minutes by default), and a second signal did
+    nothing. The exit code: 0 once they ended, 1 when they were stopped."""
+    left = worker.running_turns()
+    if not left:
+        return 0
+    again = threading.Event()
+
+    def _again(signum: int, frame: object) -> None:
+        again.set()
+
+    signal.signal(signal.SIGINT, _again)
+    signal.signal(signal.SIGTERM, _again)
+    log.warning(
+        "stopping: waiting for turn(s) %s to end (each within its rule's timeout_s); "
+        "Ctrl-C (or SIGTERM) again stops them now (a restart takes them up from the ledger)",
+        ", ".join(left),
+    )
+    while worker.running_turns():
+        if again.wait(0.2):
+            stopped = worker.stop_turns_now()
+            log.warning(
+                "stopped turn(s) %s now: their agents were killed; a restart takes them up "
+                "from the ledger",
+                ", ".join(stopped) or "-",
+            )
+            return 1
+    log.info("the running turn(s) ended; stopped")
+    return 0

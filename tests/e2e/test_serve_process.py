@@ -221,6 +221,48 @@ def test_a_stop_says_which_turns_it_waits_for_and_a_second_one_stops_them(
         server.stop()
 
 
+def test_a_workers_stop_says_which_turns_it_waits_for_and_a_second_one_stops_them(
+    tmp_path: Path,
+) -> None:
+    """`autoloop work` said "stopped" at SIGTERM and went on until the agent's timeout,
+    deaf to a second signal; it now stops as serve does."""
+    home = tmp_path / "home"
+    sleeper = [sys.executable, "-c", "import time; time.sleep(120)"]
+    doc = {
+        "agents": {"slow": {"use": "command", "command": sleeper}},
+        "rules": [{"name": "r", "on": {"source": "local", "type": "t.*"}, "agent": "slow"}],
+    }
+    init_home(home, rules_text=json.dumps(doc))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOLOOP_")}
+    env["AUTOLOOP_HOME"] = str(home)
+    cli = [sys.executable, "-m", "ghapp.commands.cli"]
+    emitted = subprocess.run(
+        [*cli, "emit", "local", "t.x", "s", "--id", "1"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert emitted.returncode == 0, emitted.stderr
+    log = tmp_path / "work.log"
+    with log.open("w") as out:
+        worker = subprocess.Popen(
+            [*cli, "work", "--poll", "0.1"], cwd=ROOT, env=env, stdout=out, stderr=out
+        )
+    try:
+        agent = home / "turns" / "t1"
+        wait_for("the agent", lambda: leftover_processes(agent))
+        worker.send_signal(signal.SIGTERM)
+        waiting = "stopping: waiting for turn(s) t1 to end"
+        wait_for("the line that says what it waits for", lambda: waiting in log.read_text())
+        assert worker.poll() is None  # it waits, saying so
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=20) == 1
+        said = log.read_text()
+        assert "stopped turn(s) t1 now" in said and "Traceback" not in said
+        assert leftover_processes(agent) == []
+    finally:
+        worker.kill()
+        worker.wait(timeout=10)
+
+
 # ------------------------------------------------------------------ refused at start
 
 
