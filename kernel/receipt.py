@@ -213,6 +213,19 @@ def _required(obj: Mapping[str, Any], key: str, where: str, *, max_len: int | No
     return value
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+MAX_SUBJECT = 300  # as an event from outside (a subject is a key, shown on one line)
+
+
+def _one_line(value: str | None, at: str) -> str | None:
+    """``value``, refused when it holds a line break or another control character: a
+    title, an option or a subject is shown on one line, and a title with a newline wrote
+    lines that looked like the hub's own ("> turn t9 done: ok") on the console."""
+    if value is not None and _CONTROL.search(value):
+        _fail(at, "must be one line, without line breaks or control characters")
+    return value
+
+
 def _card_key(key: str | None, where: str) -> str | None:
     if key is not None and not CARD_KEY.fullmatch(key):
         _fail(
@@ -241,6 +254,7 @@ def _ask(value: object, where: str) -> AskSpec:
     key = _required(obj, "key", where)
     _card_key(key, where)
     title = _required(obj, "title", where, max_len=MAX_TITLE)
+    _one_line(title, f"{where}.title")
     text = _text(obj, "text", where) or ""
     options = obj.get("options")
     at = f"{where}.options"
@@ -258,6 +272,7 @@ def _ask(value: object, where: str) -> AskSpec:
             _fail(f"{at}[{index}]", "must not be empty")
         if len(option) > MAX_TITLE:
             _fail(f"{at}[{index}]", f"is {len(option)} characters; at most {MAX_TITLE}")
+        _one_line(option, f"{at}[{index}]")
         if option in seen:
             _fail(f"{at}[{index}]", "is given twice")
         seen.add(option)
@@ -267,6 +282,7 @@ def _ask(value: object, where: str) -> AskSpec:
 def _notice(value: object, where: str) -> NoticeSpec:
     obj = _object(value, where, _NOTICE_KEYS)
     title = _required(obj, "title", where, max_len=MAX_TITLE)
+    _one_line(title, f"{where}.title")
     return NoticeSpec(
         title=title,
         text=_text(obj, "text", where) or "",
@@ -326,7 +342,7 @@ def _event(value: object, where: str, rule: Rule) -> EmitSpec:
     _object(details, f"{where}.details", None)
     return EmitSpec(
         type=kind,
-        subject=_text(obj, "subject", where),
+        subject=_one_line(_text(obj, "subject", where, max_len=MAX_SUBJECT), f"{where}.subject"),
         summary=_text(obj, "summary", where) or "",
         details=details,
     )

@@ -20,8 +20,8 @@ from kernel.text import for_terminal
 
 def render(card: Card) -> str:
     lines = [f"[{card.id}] {card.title}"]
-    if card.text:
-        lines.append(f"    {card.text}")
+    if card.text:  # every line of it indented: none looks like the hub's own
+        lines.append("    " + "\n    ".join(card.text.split("\n")))
     if card.kind_ == "ask" and card.state == "open":
         opts = "  ".join(f"{i}) {o}" for i, o in enumerate(card.options, 1))
         lines.append(f"    {opts}")

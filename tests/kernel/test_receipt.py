@@ -422,6 +422,32 @@ def test_later_at_out_of_range_is_a_receipt_error(at: str, problem: str) -> None
     assert parse_receipt(text, rule=RULE, now=now) == Receipt(later=(LaterSpec(at=fine),))
 
 
+@pytest.mark.parametrize(
+    ("body", "where"),
+    [
+        ({"ask": [{"key": "k", "title": "Q\nsecond", "options": ["a", "b"]}]}, "ask[0].title"),
+        ({"ask": [{"key": "k", "title": "Q", "options": ["a", "c\rd"]}]}, "ask[0].options[1]"),
+        ({"notice": [{"title": "x\n> turn t999 done: ok"}]}, "notice[0].title"),
+    ],
+)
+def test_titles_and_options_are_one_line(body: dict[str, Any], where: str) -> None:
+    """A newline in a title wrote lines that looked like the hub's own on the console."""
+    assert error(body) == f"{where}: must be one line, without line breaks or control characters"
+
+
+def test_an_emitted_subject_is_one_line_and_bounded() -> None:
+    rule = Rule(name="r", agent="a", emits=("x.done",))
+    forged = {"events": [{"type": "x.done", "subject": "s\n> turn t9 done: ok"}]}
+    result = parse(forged, rule)
+    assert isinstance(result, ReceiptError)
+    assert result.message == (
+        "events[0].subject: must be one line, without line breaks or control characters"
+    )
+    long = parse({"events": [{"type": "x.done", "subject": "s" * 301}]}, rule)
+    assert isinstance(long, ReceiptError) and "at most 300" in long.message
+    assert isinstance(parse({"notice": [{"title": "t", "text": "two\nlines"}]}), Receipt)
+
+
 def test_later_in_accepts_compound_durations() -> None:
     assert parse({"later": [{"in": "1h30m"}]}) == Receipt(later=(LaterSpec(in_seconds=5400),))
 

@@ -28,3 +28,11 @@ def test_a_card_with_terminal_sequences_is_printed_with_them_escaped() -> None:
         "    The title was:\\rhidden\\u202e",
         "    1) label\\x1b[8m  2) close",
     ]
+
+
+def test_every_line_of_a_cards_text_is_indented() -> None:
+    """A text's own lines began at the margin, as the hub's lines do ("[c9] ...")."""
+    out = io.StringIO()
+    card = Card(id="c1", key="k", matter="m", kind_="notice", title="Done", text="a\n[c999] Fake")
+    ConsoleChannel(out).send(card, None, previous_ref="")
+    assert out.getvalue().splitlines() == ["[c1] Done", "    a", "    [c999] Fake"]
