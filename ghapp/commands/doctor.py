@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ghapp.commands.home import CHANNEL_ADAPTERS, read_master_key
+from ghapp.commands.home import CHANNEL_ADAPTERS, read_master_key, short_secrets
 from ghapp.commands.show import Out
 from ghapp.github.client import GitHubClient
 from ghapp.github.errors import GitHubError, NotFound, Unauthorized, Unreachable
@@ -584,6 +584,15 @@ def run_checks(
         rows += agent_checks(settings.home, rules, env)
         rows += cwd_checks(settings.home, rules)
         rows += source_checks(rules, env)
+        rows += [
+            Check(
+                f"secret {name}",
+                WARN,
+                "too short to be masked (under 8 characters): it is stored and shown as it "
+                "is; use a longer secret",
+            )
+            for name in short_secrets(rules, env)
+        ]
     rows += github_checks(settings, now=now(), client_for=client_for)
     return rows
 

@@ -204,8 +204,16 @@ class Home:
         from plugins.channels.local import channel_makers  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
 
         keep_private()  # before any agent runs: it cannot read this process's secrets
+        from ghapp.runtime.redact import MIN_VALUE_LENGTH  # noqa: PLC0415  # (as above)
+
         rules = self.rules()
         redact = make_redact(self.home, rules, self.env)
+        for name in short_secrets(rules, self.env):
+            log.warning(
+                "%s (secret_env) is too short to be masked: values under %d characters are "
+                "stored and shown as they are; use a longer secret",
+                name, MIN_VALUE_LENGTH,
+            )  # fmt: skip
         hub = Hub(
             home=self.home,
             store=self.store,
@@ -244,6 +252,18 @@ def secret_values(home: Path, rules: Rules, env: Mapping[str, str]) -> list[str]
         if key:
             values.append(key.decode())
     return values
+
+
+def short_secrets(rules: Rules, env: Mapping[str, str]) -> list[str]:
+    """The ``secret_env`` names whose value is set but too short to be masked (it would
+    mask ordinary words): they were left in clear without a word."""
+    from ghapp.runtime.redact import MIN_VALUE_LENGTH  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+
+    return [
+        name
+        for name in rules.secret_env
+        if (value := env.get(name, "").strip()) and len(value) < MIN_VALUE_LENGTH
+    ]
 
 
 def make_redactor(home: Path, rules: Rules, env: Mapping[str, str]) -> Redactor:

@@ -300,6 +300,28 @@ def test_a_master_key_other_users_can_read_is_a_warning(tmp_path: Path) -> None:
     assert status_of(report, "master.key") == "ok"
 
 
+def test_a_secret_too_short_to_be_masked_is_a_warning_in_doctor_and_drain(
+    tmp_path: Path,
+) -> None:
+    """A marked value under 8 characters is left in clear (it would mask ordinary words):
+    nothing said so."""
+    doc = {"secret_env": ["SHOP_KEY", "LONG_KEY"], "agents": {"demo": {"use": "demo"}}}
+    home = make_home(tmp_path, {**doc, "rules": []})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOLOOP_")}
+    env.update(AUTOLOOP_HOME=str(home), SHOP_KEY="abc123", LONG_KEY="a-long-enough-value")
+    _, report, _ = doctor(env)
+    (row,) = [c for c in report["checks"] if c["check"].startswith("secret ")]
+    assert (row["check"], row["status"]) == ("secret SHOP_KEY", "warn")
+    assert "too short to be masked (under 8 characters)" in row["detail"]
+    drained = subprocess.run(
+        [sys.executable, "-m", "ghapp.commands.cli", "drain"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert drained.returncode == 0, drained.stderr
+    assert "SHOP_KEY (secret_env) is too short to be masked" in drained.stderr
+    assert "LONG_KEY" not in drained.stderr
+
+
 def test_local_only_is_no_problem(tmp_path: Path) -> None:
     home = make_home(tmp_path, {"agents": {"demo": {"use": "demo"}}, "rules": []})
     env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOLOOP_")}
