@@ -260,6 +260,24 @@ def _run(
         report.new_cards = [c for c in report.cards if c.id not in before]
         report.subjects = _subjects(hub, report)
         asks = [c.id for c in report.new_cards if c.kind_ == "ask"]
+        nowhere = [
+            c.id
+            for c in report.new_cards
+            if c.kind_ == "ask"
+            and c.id not in report.unshown
+            and not any(str((d or {}).get("ref") or "") for d in c.delivered.values())
+        ]
+        if nowhere:
+            # The summary said they waited for an answer; no one could see them.
+            why = (
+                'shown nowhere: its rule has no "notify" channel of "use": '
+                '"github-comment", or its subject is no issue or pull request'
+            )
+            report.unshown.update(dict.fromkeys(nowhere, why))
+            report.warnings.append(
+                f'card(s) {", ".join(nowhere)} {why}: give the rule "notify" with a '
+                "github-comment channel, and events about an issue or a pull request"
+            )
         if asks and not renv.ledger_outlives_job:
             report.warnings.append(
                 f"card(s) {', '.join(asks)} cannot be answered: the ledger is in {renv.home} on "

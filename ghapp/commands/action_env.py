@@ -57,6 +57,10 @@ DEFAULT_SERVER_URL = "https://github.com"
 # Events whose token is read-only when the pull request comes from a fork.
 PULL_EVENTS = frozenset({"pull_request", "pull_request_review", "pull_request_review_comment"})
 READ_ONLY_ACTORS = frozenset({"dependabot[bot]"})
+#: The events whose runs started by Dependabot get a read-only token and no secrets
+#: (GitHub's documentation, "Troubleshooting Dependabot on GitHub Actions"); on
+#: pull_request_target too when Dependabot opened the pull request.
+READ_ONLY_ACTOR_EVENTS = PULL_EVENTS | {"push", "create", "deployment", "deployment_status"}
 _EVENT_NAME = re.compile(r"^[a-z][a-z_]{0,63}$")
 _REPO = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 
@@ -193,6 +197,13 @@ def prepare_home(renv: RunnerEnv) -> None:
     from plugins.agents.registry import KNOWN_AGENT_ADAPTERS  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
 
     home = renv.home
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # (a FileNotFoundError named the path, not the input)
+        raise ActionError(
+            f"AUTOLOOP_HOME (the 'home' input): cannot make the folder {home}: "
+            f"{exc.strerror or exc}"
+        ) from None
     if renv.rules is None:
         if not ((home / "rules.json").exists() or (home / "rules.toml").exists()):
             raise ActionError(
@@ -235,14 +246,16 @@ def prepare_home(renv: RunnerEnv) -> None:
 
 def read_only_reason(renv: RunnerEnv, payload: Mapping[str, Any]) -> str:
     """Why this run's token can only read ("" when it can write)."""
-    if renv.event_name not in PULL_EVENTS and renv.event_name != "push":
-        return ""
-    if renv.actor in READ_ONLY_ACTORS:
-        return f"runs started by {renv.actor} get a read-only token and no secrets"
-    if renv.event_name not in PULL_EVENTS:
-        return ""
     pull = payload.get("pull_request")
-    if not isinstance(pull, Mapping):
+    pull = pull if isinstance(pull, Mapping) else {}
+    if renv.actor in READ_ONLY_ACTORS:
+        author = pull.get("user")
+        opened_by = author.get("login") if isinstance(author, Mapping) else None
+        if renv.event_name in READ_ONLY_ACTOR_EVENTS or (
+            renv.event_name == "pull_request_target" and opened_by == renv.actor
+        ):
+            return f"runs started by {renv.actor} get a read-only token and no secrets"
+    if renv.event_name not in PULL_EVENTS or not pull:
         return ""
     head = pull.get("head") if isinstance(pull.get("head"), Mapping) else {}
     base = pull.get("base") if isinstance(pull.get("base"), Mapping) else {}
@@ -252,6 +265,11 @@ def read_only_reason(renv: RunnerEnv, payload: Mapping[str, Any]) -> str:
     base_name = base_repo.get("full_name") if isinstance(base_repo, Mapping) else None
     if head_name == base_name:
         return ""
+    if renv.event_name != "pull_request":  # a review: no *_target event exists for it
+        return (
+            "an event on a pull request from a fork gets a read-only token and no secrets; "
+            "the next scheduled run (or a pull_request_target run) moves its delivery"
+        )
     return (
         "a pull request from a fork gets a read-only token and no secrets; run on "
         "pull_request_target to act on it (it runs the default branch's workflow and never "

@@ -257,7 +257,8 @@ def test_an_every_rule_fires_from_scheduled_runs_that_start_late(runner: Runner)
             AUTOLOOP_CLOCK=f"2026-11-30T{clock}:30+00:00",
         )
         assert ran.code == 0, ran.stdout + ran.stderr
-        assert annotations(ran.stdout, "warning") == []
+        # (the demo agent asks about its tick, a card no issue shows: a warning of its own)
+        assert not [w for w in annotations(ran.stdout, "warning") if "'every'" in w]
         fired.append(ran.outputs["turns"])
     assert fired == ["0", "1", "1", "0"]
     hosted = r.run(
@@ -272,6 +273,26 @@ def test_an_every_rule_fires_from_scheduled_runs_that_start_late(runner: Runner)
     (warning,) = annotations(hosted.stdout, "warning")
     assert warning.startswith("::warning::rule(s) tick with 'every' never fire here: ")
     assert "'database-url' (PostgreSQL)" in warning
+
+
+def test_a_question_shown_nowhere_is_said_not_waited_for(runner: Runner) -> None:
+    """A rule without a github-comment channel: the summary said the card waited for an
+    answer, and the issue had no comment."""
+    r = runner
+    quiet = json.loads(json.dumps(RULES))
+    for rule in quiet["rules"]:
+        rule.pop("notify", None)
+    rules = r.tmp / "quiet.json"
+    rules.write_text(json.dumps(quiet))
+    number = r.gh.world.open_issue("reader", "Nobody sees this")
+    ran = r.run("issues", r.issue_opened(number), run_id=4501, AUTOLOOP_RULES=str(rules))
+    assert ran.code == 0, ran.stdout + ran.stderr
+    assert ran.outputs["cards"] == "1"
+    (warning,) = annotations(ran.stdout, "warning")
+    assert warning.startswith('::warning::card(s) c1 shown nowhere: its rule has no "notify"')
+    assert "waiting for `/answer" not in ran.summary
+    assert "| c1 | How should this issue be triaged? | not posted: shown nowhere" in ran.summary
+    assert not r.card_comments(number)
 
 
 def test_with_an_app_it_writes_as_the_app_and_needs_no_warning(runner: Runner) -> None:

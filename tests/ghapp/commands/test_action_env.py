@@ -89,6 +89,17 @@ def test_the_rules_are_copied_into_the_home_each_run(tmp_path: Path) -> None:
     assert (home / "master.key").exists()
 
 
+def test_a_home_that_cannot_be_made_names_the_input(tmp_path: Path) -> None:
+    """`/proc/nope` failed with "FileNotFoundError: ... '/proc/nope'" and exit 1."""
+    renv = runner_env({**RUNNER, "AUTOLOOP_HOME": "/proc/autoloop-cannot-be-here"})
+    with pytest.raises(ActionError) as refused:
+        prepare_home(renv)
+    assert refused.value.code == 2
+    assert str(refused.value).startswith(
+        "AUTOLOOP_HOME (the 'home' input): cannot make the folder /proc/autoloop-cannot-be-here: "
+    )
+
+
 def test_no_rules_anywhere_is_refused(tmp_path: Path) -> None:
     renv = runner_env({**RUNNER, "AUTOLOOP_HOME": str(tmp_path / "home")})
     with pytest.raises(ActionError, match="give the 'rules' input"):
@@ -108,6 +119,19 @@ def pull(head: str | None) -> dict[str, Any]:
     return {"pull_request": {"head": {"repo": repo}, "base": {"repo": {"full_name": "acme/web"}}}}
 
 
+def by_dependabot() -> dict[str, Any]:
+    payload = pull("acme/web")
+    payload["pull_request"]["user"] = {"login": "dependabot[bot]"}
+    return payload
+
+
+def test_a_review_of_a_fork_is_told_what_moves_it_not_a_target_event_that_does_not_exist() -> None:
+    renv = runner_env({**RUNNER, "GITHUB_EVENT_NAME": "pull_request_review"})
+    said = read_only_reason(renv, pull("fork/web"))
+    assert "the next scheduled run (or a pull_request_target run) moves its delivery" in said
+    assert "run on pull_request_target to act on it" not in said
+
+
 @pytest.mark.parametrize(
     ("event", "actor", "payload", "read_only"),
     [
@@ -119,6 +143,13 @@ def pull(head: str | None) -> dict[str, Any]:
         ("push", "dependabot[bot]", {}, True),
         ("pull_request", "dependabot[bot]", pull("acme/web"), True),
         ("issues", "dependabot[bot]", {}, False),
+        # GitHub's documentation: Dependabot's runs of these get a read-only token too,
+        ("deployment_status", "dependabot[bot]", {}, True),
+        ("create", "dependabot[bot]", {}, True),
+        # and of pull_request_target when Dependabot opened the pull request (it failed
+        # the job with a 403, or a missing App key, where it was to be told).
+        ("pull_request_target", "dependabot[bot]", by_dependabot(), True),
+        ("pull_request_target", "dependabot[bot]", pull("acme/web"), False),
     ],
 )
 def test_read_only_tokens_are_told_apart(
