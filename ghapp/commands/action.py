@@ -226,7 +226,9 @@ def _run(
         )
         report.events = ingest(hub, renv, events, payload, say)
         if who is not None and renv.mode != "deliver":
-            report.answers = answer(hub, who, report.events, say)
+            report.answers = answer(
+                hub, who, report.events, say, ledger_outlives_job=renv.ledger_outlives_job
+            )
             drained = hub.drain(worker=renv.worker)
             with hub.store.read() as tx:
                 report.turns = [
@@ -378,10 +380,22 @@ def deliver(
 
 
 def answer(
-    hub: Hub, who: Identity, recorded: list[Recorded], say: Callable[[str], None]
+    hub: Hub,
+    who: Identity,
+    recorded: list[Recorded],
+    say: Callable[[str], None],
+    *,
+    ledger_outlives_job: bool = True,
 ) -> list[Answered]:
     """``/answer CARD N`` comments of this run, each handled once."""
     desk = AnswerDesk(hub, who.client, who.bot_login)
+    if not ledger_outlives_job:
+        desk.missing_hint = (
+            "A card asked in another run of this workflow is in that run's ledger, which "
+            "ended with its job on a GitHub-hosted runner: to answer cards in later runs, "
+            "the workflow needs 'database-url' (or a self-hosted runner with a persistent "
+            "'home')."
+        )
     out: list[Answered] = []
     for item in recorded:
         request = parse_answer(item.event)

@@ -129,6 +129,9 @@ class AnswerDesk:
         self.bot_login = bot_login
         self.wake = wake
         self.every_s = every_s
+        #: Said after "there is no card ...": why one may be missing here (an Action's
+        #: ledger that ended with the run that asked it).
+        self.missing_hint = ""
         self._queue: queue.Queue[Event | None] = queue.Queue()
         self._done: set[int] = set()
         self._stop = threading.Event()
@@ -217,7 +220,8 @@ class AnswerDesk:
         card = self._card(req.card)
         subject = self._subject(card) if card is not None else None
         if card is None or subject is None or not _in_repo(subject, req.target.repo):
-            return self._reply(req, f"there is no card {req.card} about {req.target.repo}.")
+            hint = f" {self.missing_hint}" if self.missing_hint else ""
+            return self._reply(req, f"there is no card {req.card} about {req.target.repo}.{hint}")
         if "#" in subject and subject.lower() != str(req.target).lower():
             # A mistyped card id stopped someone else's delivery, without a word on either.
             return self._reply(

@@ -395,6 +395,20 @@ def test_a_question_on_a_hosted_runner_without_a_database_is_flagged(runner: Run
     (warning,) = annotations(ran.stdout, "warning")
     assert "card(s) c1 cannot be answered" in warning and "'database-url'" in warning
     assert ran.outputs["cards"] == "1"
+    # The answer comes in another run, another job: its reply says why the card is not
+    # there (it said only "there is no card c1").
+    comment = r.gh.world.comment("maintainer", number, "/answer c1 1")
+    answered = r.run(
+        "issue_comment",
+        r.comment_created(number, comment),
+        run_id=6003,
+        RUNNER_ENVIRONMENT="github-hosted",
+        AUTOLOOP_HOME=str(r.tmp / "next-job"),
+    )
+    assert answered.code == 0, answered.stdout + answered.stderr
+    (reply,) = [c["body"] for c in r.comments(number) if "was not taken" in c["body"]]
+    assert "there is no card c1 about sandbox/demo. A card asked in another run" in reply
+    assert "the workflow needs 'database-url'" in reply
 
 
 # --------------------------------------------------------------------------- failures
