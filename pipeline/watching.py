@@ -30,7 +30,9 @@ def deployment(ctx: Ctx) -> Outcome:
             "deploy_failed",
             f"Deployment of {pr.repo}#{pr.number} failed",
             f"Deployment {found.id} of {found.sha} to {found.environment} ended {found.state}. "
-            "The merge stays; nothing is merged again.",
+            "The merge stays; nothing is merged again. Start a new deployment before "
+            "answering to wait again: this one failed, and would block again at once (a "
+            "deployment that succeeds meanwhile closes this card by itself).",
         )
         return "failed"
     deadline = ctx.deadline()

@@ -156,6 +156,8 @@ def test_a_failed_deployment_raises_a_card_and_nothing_is_merged_again() -> None
     (card,) = of(step, RaiseCard)
     assert card.title == "Deployment of acme/web#12 failed"
     assert card.options == ("wait for a deployment again", "stop watching (the merge stays)")
+    # (waiting again without a new deployment blocks at once: the card says so)
+    assert "Start a new deployment before answering to wait again" in card.text
     assert step.delivery.card is not None and step.delivery.card.blocked_at == "deployment"
     again = drive(
         after(deployments=deployed("failure"), answer=CardAnswer(card=card.card, choice=1)), 20
