@@ -354,7 +354,9 @@ class DeliveryWrites:
                     raise
                 return int(found["id"])
             ident = made.get("id")
-            return ident if isinstance(ident, int) else None
+            if not isinstance(ident, int):
+                return None
+            return self._first_of_a_race(t, mark, text, ident)
         ident = int(found["id"])
         if found.get("body") == text:
             return ident
@@ -366,6 +368,25 @@ class DeliveryWrites:
             if again is None or again.get("body") != text:
                 raise
         return ident
+
+    def _first_of_a_race(self, t: Target, mark: str, text: str, made: int) -> int:
+        """The sticky comment, once ``made`` was created: runs that started at once each
+        found none and made one, and only the first was kept up to date (the others
+        said "checks" for ever). Read again: when an older one holds ``mark``, ours
+        becomes a pointer to it (it is no sticky any more), and the older one shows
+        ``text`` unless it shows a newer progress already."""
+        comments = self.client.list_issue_comments(t.repo, t.number)
+        first = find_marked(comments, mark, self.bot_login)
+        if first is None or int(first["id"]) >= made:
+            return made
+        older = int(first["id"])
+        where = first.get("html_url") or f"comment {older}"
+        self.client.update_comment(
+            t.repo, made, f"(This delivery is shown in the comment above: {where}.)"
+        )
+        if shown_seq(first) < (shown_seq({"body": text}) or 0):
+            self.client.update_comment(t.repo, older, text)
+        return older
 
 
 def shown_seq(comment: Mapping[str, Any] | None) -> int:

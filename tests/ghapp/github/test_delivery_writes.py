@@ -487,3 +487,31 @@ def test_two_progress_writes_at_once_make_one_sticky_comment(
     ]
     assert len(mine) == 1
     assert writes(sandbox, "POST", "/comments") == 1
+
+
+def test_two_runs_that_each_made_a_sticky_comment_keep_the_first(
+    sandbox: SandboxHandle, gh: GitHubClient
+) -> None:
+    """Two workflow runs at once (no concurrency group), each with its own executor: both
+    found no comment and made one, and only the first was kept up to date; the other said
+    "checks" for ever. The later one now points to the first, which shows the newest."""
+    number, head = open_pr(sandbox, "two-runs")
+    sandbox.world.faults.add("latency", method="POST", path="*/comments", delay=0.5, times=None)
+    slug = f"{sandbox.sandbox.app.slug}[bot]"
+    runs = [GitHubExecutor(gh, slug, app_id=sandbox.app_id) for _ in range(2)]
+    acts = [progress(sandbox, number, 1, head), progress(sandbox, number, 2, head)]
+    threads = [
+        threading.Thread(target=ex.perform, args=(a,)) for ex, a in zip(runs, acts, strict=True)
+    ]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=20)
+    bots = [c for c in gh.list_issue_comments(sandbox.repo, number) if c["user"]["login"] == slug]
+    assert writes(sandbox, "POST", "/comments") == 2  # the race: each made one
+    sticky = [c for c in bots if "autoloop:deliver=" in c["body"]]
+    assert len(sticky) == 1, [c["body"][:80] for c in bots]
+    assert "<!-- autoloop:seq=2 -->" in sticky[0]["body"]  # the newest progress
+    (pointer,) = [c for c in bots if c is not sticky[0]]
+    assert pointer["body"].startswith("(This delivery is shown in the comment above: ")
+    assert pointer["id"] > sticky[0]["id"]
