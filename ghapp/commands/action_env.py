@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ghapp.commands.home import CHANNEL_ADAPTERS, home_from_env, init_home
+from ghapp.github.names import REPO
 from ghapp.runtime.settings import DEFAULT_GITHUB_URL
 from kernel.rules import parse_rules
 from plugins.sources import github as github_source
@@ -62,7 +63,7 @@ READ_ONLY_ACTORS = frozenset({"dependabot[bot]"})
 #: pull_request_target too when Dependabot opened the pull request.
 READ_ONLY_ACTOR_EVENTS = PULL_EVENTS | {"push", "create", "deployment", "deployment_status"}
 _EVENT_NAME = re.compile(r"^[a-z][a-z_]{0,63}$")
-_REPO = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+_REPO = REPO
 
 
 class ActionError(Exception):

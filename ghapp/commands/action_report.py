@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ghapp.github.level import Moved
+from ghapp.github.names import REPO_NAME
 from kernel.model import Event
 from kernel.records import Card, Turn
 
@@ -32,7 +33,7 @@ __all__ = [
     "write_summary",
 ]
 
-_SUBJECT = re.compile(r"^([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)#([0-9]+)$")
+_SUBJECT = re.compile(r"^(" + REPO_NAME + r")#([0-9]+)$")
 _STAGE = re.compile(r"[^A-Za-z0-9_.:-]")
 _MARKDOWN = re.compile(r"([\\`*_\[\]|])")
 _CODE = re.compile(r"[^A-Za-z0-9_.:/#@-]")

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import base64
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -56,6 +55,7 @@ from ghapp.github.errors import (
     Unprocessable,
     Unreachable,
 )
+from ghapp.github.names import REPO
 from ghapp.github.retry import DEFAULT_POLICY, Policy
 from ghapp.runtime.settings import DEFAULT_GITHUB_URL, GitHubSettings
 
@@ -92,7 +92,7 @@ _PERMISSION = {
 #: The permissions (as get_collaborator_permission reports them) that may answer cards and
 #: start deliveries: "maintain" is reported as "write".
 WRITERS = frozenset({"admin", "write"})
-_REPO = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+_REPO = REPO
 MARK_READY = """
 mutation MarkReady($id: ID!) {
   markPullRequestReadyForReview(input: {pullRequestId: $id}) {

@@ -61,6 +61,7 @@ from typing import Any
 import httpx
 
 from ghapp.github.client import GitHubClient
+from ghapp.github.names import REPO_NAME
 from ghapp.github.outcomes import effect_action, write_result
 from ghapp.github.readcache import ReadCache
 from ghapp.github.reviews import ReviewJob, Reviews, waiting_for
@@ -125,7 +126,7 @@ POLICY_TTL_S = 60.0  # a policy read is kept this long, or until a push to its r
 VERSIONS_KEPT = 20  # probe answers kept in the record (the newest)
 RETRY_FIRST_S, RETRY_MAX_S = 5.0, 300.0
 
-_SUBJECT = re.compile(r"^([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)#([0-9]+)$")
+_SUBJECT = re.compile(r"^(" + REPO_NAME + r")#([0-9]+)$")
 _PULL_EVENTS = ("pull_request.", "pull_request_review.")
 _REPO_EVENTS = ("check_run.", "check_suite.", "status.", "deployment_status.", "push")
 _SHELL_KEYS = ("versions", "findings")

@@ -24,6 +24,7 @@ from typing import Any
 
 from ghapp.github.client import GitHubClient
 from ghapp.github.level_cards import instant
+from ghapp.github.names import REPO_NAME
 from kernel.model import Event
 from pipeline import Delivery, Labels, Policy, PolicyProblem
 
@@ -31,7 +32,7 @@ __all__ = ["WATCH_MARGIN_S", "concerned", "labelled_pulls", "named_pull"]
 
 WATCH_MARGIN_S = 3600  # merged pull requests are looked at for 2 deploy timeouts plus this
 
-_SUBJECT = re.compile(r"^([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)#([0-9]+)$")
+_SUBJECT = re.compile(r"^(" + REPO_NAME + r")#([0-9]+)$")
 _PULL_EVENTS = ("pull_request.", "pull_request_review.", "pull_request_review_comment.")
 _LISTING_EVENTS = ("check_run.", "check_suite.", "workflow_run.")
 _COMMIT_EVENTS = ("status.", *_LISTING_EVENTS)

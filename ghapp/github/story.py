@@ -26,6 +26,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ghapp.github.names import REPO_NAME
 from kernel import facts as f
 from kernel.records import Pipeline
 
@@ -43,7 +44,7 @@ FACT_TYPES = (
 )
 _PAGE = 2000  # facts read at a time
 
-_NAME = r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+"
+_NAME = REPO_NAME
 _REFS = (
     re.compile(rf"^deliver/(?P<repo>{_NAME})#(?P<number>[0-9]+)$"),
     re.compile(rf"^(?P<repo>{_NAME})#(?P<number>[0-9]+)$"),

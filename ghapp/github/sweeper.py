@@ -36,6 +36,7 @@ from typing import Any
 from ghapp.github.client import GitHubClient
 from ghapp.github.deliveries import pipeline_id
 from ghapp.github.errors import AmbiguousWrite, GitHubError
+from ghapp.github.names import REPO_NAME
 from ghapp.runtime.hub import Hub
 from kernel.model import Event
 from kernel.records import EventRow
@@ -49,7 +50,7 @@ WINDOW_S = 3 * 24 * 3600.0
 MAX_REDELIVERIES = 3  # per delivery GUID, one per pass
 REPO_SCAN_EVENTS = 5000
 UNREADABLE_SAY_S = 3600.0  # one line this often per repository that cannot be listed
-_REPO_OF = re.compile(r"^([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)(?:#[0-9]+|@[0-9a-fA-F]+)?$")
+_REPO_OF = re.compile(r"^(" + REPO_NAME + r")(?:#[0-9]+|@[0-9a-fA-F]+)?$")
 
 
 @dataclass

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ghapp.github.names import REPO, REPO_NAME
 from plugins.protocols import ActionFailed
 
 __all__ = [
@@ -31,8 +32,8 @@ __all__ = [
 #: Every hidden marker the App writes starts so (the webhook translator drops such comments).
 MARK = "<!-- autoloop:"
 
-_REPO = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
-_SUBJECT = re.compile(r"^([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)#([1-9][0-9]{0,9})$")
+_REPO = REPO
+_SUBJECT = re.compile(r"^(" + REPO_NAME + r")#([1-9][0-9]{0,9})$")
 
 JSON = dict[str, Any]
 
