@@ -165,6 +165,7 @@ def build(
         source_secrets=sources,
         links=links,
         wake=worker.wake,
+        worker_problem=worker.problem,
     )
     ledger_file = sqlite_file(ctx.store.url)
     if secret is not None and ledger_file is not None:

@@ -48,6 +48,7 @@ MIN_PASS_S = 0.05
 FAIL_WAIT_S = 0.1  # after a failed pass, the next waits this long, doubled each time...
 FAIL_WAIT_MAX_S = 5.0  # ... up to this
 FAIL_SAY_S = 60.0  # while passes keep failing, one line this often
+FAIL_UNHEALTHY_S = 30.0  # passes failing this long make the worker unhealthy (/healthz)
 
 
 class WorkerLoop:
@@ -75,6 +76,23 @@ class WorkerLoop:
         self._running: dict[str, Future[object]] = {}
         self._turn_of: dict[str, str] = {}  # matter -> the turn running for it
         self._thread: threading.Thread | None = None
+        self._failing_since: float | None = None  # monotonic time of the first failed pass
+        self._failing = 0
+        self._last_error = ""
+
+    def problem(self) -> str:
+        """Why this worker runs no turns ("" when it does): its thread ended, or its
+        passes have failed for :data:`FAIL_UNHEALTHY_S` (for ``/healthz``: a server whose
+        worker had died answered ``{"ok": true}`` for ever)."""
+        if self._stop.is_set():
+            return ""  # stopped on purpose
+        thread = self._thread
+        if thread is not None and not thread.is_alive():
+            return f"the worker stopped: {self._last_error or 'its thread ended'}"
+        since = self._failing_since
+        if since is not None and self.monotonic() - since >= FAIL_UNHEALTHY_S:
+            return f"the worker's passes fail ({self._failing} in a row): {self._last_error}"
+        return ""
 
     def wake(self) -> None:
         # Called for every webhook: a plain read when the loop is already due to run
@@ -111,17 +129,34 @@ class WorkerLoop:
         return left
 
     def run(self) -> None:
-        self.hub.sweep_cards()
-        self.hub.sweep_actions()
+        try:
+            self._run()
+        except BaseException as exc:  # (a bug): said, and /healthz tells
+            self._last_error = f"{type(exc).__name__}: {exc}"
+            log.exception("the worker stopped: %s", self._last_error)
+            raise
+
+    def _run(self) -> None:
         woken = True
+        swept = False  # the cards and write-backs a stop left: taken up in the first pass
         failing = 0  # passes failed in a row (the ledger unreachable, a full disk)
         said_at = 0.0
         while not self._stop.is_set():
             began = self.monotonic()
             try:
+                if not swept:
+                    # In the loop, not before it: a failure here (a dropped connection, a
+                    # damaged ledger) ended the thread, and the server ran with no worker.
+                    self.hub.sweep_cards()
+                    self.hub.sweep_actions()
+                    swept = True
                 self.look(woken=woken)
             except Exception as exc:  # keep serving; the failure is logged (redacted)
                 failing += 1
+                self._failing = failing
+                self._last_error = f"{type(exc).__name__}: {exc}"
+                if self._failing_since is None:
+                    self._failing_since = began
                 # One line, then one a minute while it lasts (a database that is down
                 # failed every pass: a hundred lines a second); the traceback only when
                 # debugging. Passes wait longer and longer, up to FAIL_WAIT_MAX_S.
@@ -141,7 +176,8 @@ class WorkerLoop:
                 continue
             if failing:
                 log.warning("worker loop works again after %d failed pass(es)", failing)
-                failing = 0
+                failing = self._failing = 0
+                self._failing_since = None
             woken = self._wake.wait(self.sleep_s())
             if woken and (rest := began + MIN_PASS_S - self.monotonic()) > 0:
                 self._stop.wait(rest)  # more wake-ups may come meanwhile: one pass for all

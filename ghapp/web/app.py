@@ -91,6 +91,7 @@ class Server:
     webhook_log: WebhookLog = field(default_factory=WebhookLog)
     source_log: SourceLog = field(default_factory=SourceLog)
     inbox: Inbox | None = None  # with a SQLite ledger: acks wait for the inbox only
+    worker_problem: Callable[[], str] = lambda: ""  # why no turn runs ("" when they do)
 
 
 def _media_type(request: Request) -> str:
@@ -573,6 +574,10 @@ def create_app(server: Server) -> Starlette:
         if failed is not None:
             since = datetime.fromtimestamp(failed.at, UTC).isoformat(timespec="seconds")
             doc = {"ok": False, "ledger": f"not writable: {failed.message}", "since": since}
+            return JSONResponse({**doc, "facts": n, **waiting}, status_code=503)
+        if problem := server.worker_problem():  # the detail goes to the log, as above
+            log.warning("healthz: %s", problem)
+            doc = {"ok": False, "worker": "runs no turns: see the log"}
             return JSONResponse({**doc, "facts": n, **waiting}, status_code=503)
         return JSONResponse({"ok": True, "facts": n, **waiting})
 

@@ -161,3 +161,52 @@ def test_a_ledger_that_stays_unreachable_is_one_line_and_passes_that_back_off(
         assert back.startswith("worker loop works again after ")
     finally:
         loop.stop()
+
+
+class SweepFailsHub(DownHub):
+    """A hub whose first sweep fails (a connection dropped at start, a damaged page)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = False
+        self.sweeps = 0
+
+    def sweep_cards(self) -> None:
+        self.sweeps += 1
+        if self.sweeps == 1:
+            raise OSError("the connection is lost")
+
+
+def test_a_first_sweep_that_fails_is_retried_not_the_end_of_the_worker() -> None:
+    """The sweeps ran before the loop, outside its guard: one failure ended the worker's
+    thread, and serve ran with no worker while /healthz said ok."""
+    hub = SweepFailsHub()
+    loop = WorkerLoop(hub, poll_s=0.01)  # type: ignore[arg-type]  # what the loop reads of a hub
+    loop.start()
+    try:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and hub.sweeps < 2:
+            time.sleep(0.01)
+        assert hub.sweeps == 2 and loop.problem() == ""
+        assert loop._thread is not None and loop._thread.is_alive()
+    finally:
+        loop.stop()
+
+
+def test_a_worker_that_fails_for_long_or_stopped_says_so() -> None:
+    clock = Clock()
+    hub = DownHub()
+    loop = WorkerLoop(hub, poll_s=0.01, monotonic=clock)  # type: ignore[arg-type]  # (as above)
+    loop.start()
+    try:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and loop._failing < 1:
+            time.sleep(0.01)
+        assert loop.problem() == ""  # a failed pass or two: not yet
+        clock.t += 31
+        assert loop.problem() == (
+            f"the worker's passes fail ({loop._failing} in a row): OSError: the connection is lost"
+        )
+    finally:
+        loop.stop()
+    assert loop.problem() == ""  # stopped on purpose

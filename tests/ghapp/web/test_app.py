@@ -163,6 +163,23 @@ def test_healthz_tells_a_caller_the_ledger_is_unreadable_not_why(tmp_path: Path)
         assert len(said) == 1 and said[0].startswith("healthz: the ledger cannot be read: ")
 
 
+def test_healthz_tells_a_worker_that_runs_no_turns(tmp_path: Path) -> None:
+    """A server whose worker had died answered {"ok": true} for ever."""
+    with live_server(tmp_path / "h", RULES, env=ENV, start_worker=False) as live, logs() as seen:
+        assert httpx.get(f"{live.url}/healthz").json()["ok"] is True
+        live.running.server.worker_problem = lambda: "the worker stopped: OSError: lost"
+        got = httpx.get(f"{live.url}/healthz")
+        assert got.status_code == 503
+        assert got.json() == {
+            "ok": False,
+            "worker": "runs no turns: see the log",
+            "facts": 0,
+            "waiting": 0,
+        }
+        said = [r.getMessage() for r in seen.records if r.getMessage().startswith("healthz")]
+        assert said == ["healthz: the worker stopped: OSError: lost"]
+
+
 def test_a_header_anyone_may_send_is_cut_in_the_log(tmp_path: Path) -> None:
     with live_server(tmp_path / "h", RULES, env=ENV, start_worker=False) as live, logs() as seen:
         long = "e" * 60_000
