@@ -89,6 +89,9 @@ NEW_LEDGER_HINT = (
 )
 
 
+_ANEW = "!"  # a line "!ledger.db": that ledger may start anew (init --new-ledger)
+
+
 def _known_ledgers(home: Path) -> list[str] | None:
     """The ledgers listed in the home; None when there is no list."""
     try:
@@ -98,15 +101,31 @@ def _known_ledgers(home: Path) -> list[str] | None:
     return [line for line in text.splitlines() if line.strip()]
 
 
-def _ledger_key(ledger: Path) -> str:
-    return str(ledger.expanduser().resolve())
+def _ledger_key(ledger: Path, home: Path | None = None) -> str:
+    """How the list names ``ledger``: its path in the home when it is in the home (so
+    that a home moved, restored elsewhere, or mounted at another path still knows it),
+    else its whole path."""
+    path = ledger.expanduser().resolve()
+    if home is not None:
+        with contextlib.suppress(ValueError, OSError):
+            return path.relative_to(home.expanduser().resolve()).as_posix()
+    return str(path)
 
 
 def _used(home: Path, ledger: Path) -> bool:
     known = _known_ledgers(home)
+    key = _ledger_key(ledger, home)
     if known is not None:
-        return _ledger_key(ledger) in known
-    turns = home / "turns"  # a home from before the list: turn folders say it was used
+        if key in known or _ledger_key(ledger) in known:
+            return True
+        if _ANEW + key in known:
+            return False  # 'autoloop init --new-ledger' said to start anew
+        # Listed under another whole path: a home moved, or copied, with the list an
+        # older autoloop wrote (a copy took its missing ledger for a new one).
+        if not any(Path(line).is_absolute() and Path(line).name == ledger.name for line in known):
+            return False
+    # Turn folders say the home's own ledger was used (a home from before the list too).
+    turns = home / "turns"
     return ledger == home / "ledger.db" and turns.is_dir() and any(turns.iterdir())
 
 
@@ -154,11 +173,16 @@ def remember_ledger(home: Path, ledger: Path) -> None:
     """List ``ledger`` among the ones this home has used (nothing when the home is not a
     folder: a ledger elsewhere with no home to remember it)."""
     known = _known_ledgers(home) or []
-    key = _ledger_key(ledger)
+    key = _ledger_key(ledger, home)
     if key in known or not home.is_dir():
         return
-    with contextlib.suppress(OSError), open(home / KNOWN_LEDGERS, "a", encoding="utf-8") as fh:
-        fh.write(key + "\n")
+    with contextlib.suppress(OSError):
+        if _ANEW + key in known:  # started anew: now it is used
+            kept = "".join(line + "\n" for line in known if line != _ANEW + key)
+            (home / KNOWN_LEDGERS).write_text(kept + key + "\n", encoding="utf-8")
+            return
+        with open(home / KNOWN_LEDGERS, "a", encoding="utf-8") as fh:
+            fh.write(key + "\n")
 
 
 def start_new_ledger(home: Path, url: str) -> Path:
@@ -180,10 +204,11 @@ def start_new_ledger(home: Path, url: str) -> Path:
     if gone.startswith("empty"):
         ledger.unlink()
     known = _known_ledgers(home)
-    if known is not None:
-        key = _ledger_key(ledger)
-        text = "".join(line + "\n" for line in known if line != key)
-        (home / KNOWN_LEDGERS).write_text(text, encoding="utf-8")
+    key = _ledger_key(ledger, home)
+    keys = {_ledger_key(ledger), key}
+    text = "".join(line + "\n" for line in known or [] if line not in keys)
+    if home.is_dir():
+        (home / KNOWN_LEDGERS).write_text(text + _ANEW + key + "\n", encoding="utf-8")
     return ledger
 
 

@@ -51,6 +51,17 @@ def prepare(
     open_cards: Sequence[Card] = (),
 ) -> PreparedTurn:
     folder = home / "turns" / turn.id
+    if (folder / "output.log").exists() or (folder / "report.json").exists():
+        # A turn of this id ran here in another history (a ledger restored from an
+        # older backup): its report would be read as this turn's (its session resumed),
+        # and its data files lay beside the new ones. Kept, out of the way.
+        aside = folder.with_name(f"{turn.id}.before-{time.strftime('%Y%m%dT%H%M%S')}")
+        folder.rename(aside)
+        log.warning(
+            "turn %s: its folder held an earlier turn of that id (a ledger restored from "
+            "an older backup?); moved to %s",
+            turn.id, aside,
+        )  # fmt: skip
     data = folder / "data"
     data.mkdir(parents=True, exist_ok=True)
     os.chmod(folder, 0o700)

@@ -54,7 +54,7 @@ def _load_kernel() -> None:
 
 # 1: event rows in ``records``; 2: event rows in their own ``events`` table;
 # 3: each event waiting in a matter is a ``queued`` record (not a list in the matter).
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 class StoreError(Exception):
@@ -608,8 +608,10 @@ def migrate(cur: Any, ph: str) -> None:
     write transaction, after the tables exist). A newer ledger is refused.
 
     The facts never change shape; the projections did (schema 2 moved event rows to
-    their own table, schema 3 made each waiting event a row of its own), so an older
-    ledger gets its projections rebuilt from its facts.
+    their own table, schema 3 made each waiting event a row of its own, schema 4 gave a
+    matter the seq its wait began at, ``since``), so an older ledger gets its
+    projections rebuilt from its facts. (Schema 4 came late: ledgers of schema 3 written
+    after ``since`` came are rebuilt too, to the same rows.)
     """
     tx = SqlTx(cur, ph)
     cur.execute("SELECT v FROM ledger_info WHERE k = 'schema'")

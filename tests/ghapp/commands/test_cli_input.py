@@ -381,6 +381,27 @@ def test_a_lost_ledger_is_refused_not_replaced_by_an_empty_one(
     assert [e["id"] for e in events(home)] == ["3"]
 
 
+def test_a_home_moved_elsewhere_still_refuses_its_lost_ledger(home: Home, tmp_path: Path) -> None:
+    """The list held whole paths: a home copied, restored or mounted at another path took
+    its missing ledger for a new one, and ran turn t1 again in the old t1's folder."""
+    home.rules({**RULES, "rules": [{"name": "r", "on": {"type": "x"}, "agent": "demo"}]})
+    home.emit("x", "s", "1")
+    home.run("drain")  # turn t1, in turns/t1
+    moved = Home(tmp_path / "elsewhere")
+    shutil.copytree(home.home, moved.home)
+    drop_ledger(moved)
+    line = refused(moved.run("status", ok=False), "ledger.db", "history", "backup")
+    assert "is missing" in line
+    # a list from an older autoloop (whole paths only) is read as well
+    (moved.home / "known-ledgers").write_text(f"{home.home.resolve() / 'ledger.db'}\n")
+    refused(moved.run("status", ok=False), "ledger.db", "history", "backup")
+    assert "started a new, empty ledger" in moved.run("init", "--new-ledger").stdout
+    moved.emit("x", "s", "2")
+    assert [e["id"] for e in events(moved)] == ["2"]
+    drop_ledger(moved)  # the new ledger, lost in turn: refused again
+    refused(moved.run("status", ok=False), "ledger.db", "history", "backup")
+
+
 def test_a_command_leaves_its_writes_in_ledger_db_so_a_plain_copy_holds_them(
     home: Home, tmp_path: Path
 ) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from pathlib import Path
 
 import pytest
@@ -144,3 +145,30 @@ def test_an_end_the_kernel_cannot_apply_ends_the_turn_failed_saying_why(
         t1.error
     )
     assert "turn t1: its end could not be applied: OverflowError" in caplog.text
+
+
+def test_a_folder_left_by_an_earlier_turn_of_the_same_id_is_moved_aside(tmp_path: Path) -> None:
+    """A ledger restored from an older backup numbers its turns again from there: the new
+    t1 ran in the old t1's folder, and read the old report.json as its own (its session
+    was resumed by the next turn)."""
+    home = Home(tmp_path)
+    quiet = [sys.executable, "-c", 'print("```autoloop\\n{}\\n```")']  # no report of its own
+    home.rules(
+        {
+            "agents": {"q": {"use": "command", "command": quiet}},
+            "rules": [{"name": "r", "on": {"source": "local", "type": "x"}, "agent": "q"}],
+        }
+    )
+    old = home.home / "turns" / "t1"
+    (old / "data").mkdir(parents=True)
+    (old / "output.log").write_text("the old turn's output")
+    (old / "report.json").write_text(json.dumps({"session": "stale-session"}))
+    (old / "data" / "event-9.json").write_text("{}")
+    home.emit("x", "s", "1")
+    drained = home.run("drain")
+    assert "turn t1: its folder held an earlier turn of that id" in drained.stderr
+    (aside,) = [p for p in (home.home / "turns").iterdir() if p.name.startswith("t1.before-")]
+    assert (aside / "output.log").read_text() == "the old turn's output"
+    assert sorted(p.name for p in (old / "data").iterdir()) == ["event-1.json"]
+    (turn,) = home.status()["turns"]
+    assert turn["agent_session"] == ""

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ghapp.runtime.ledger import Ledger
-from ghapp.store.base import DuplicateFact, Store, StoreError, ledger_name
+from ghapp.store.base import SCHEMA_VERSION, DuplicateFact, Store, StoreError, ledger_name
 from ghapp.store.open import open_store
 from kernel import inputs as k
 from kernel.codec import dump_record
@@ -244,10 +244,12 @@ def test_a_ledger_is_named_as_proposed_when_it_has_no_name(store_url: str) -> No
     s.close()
 
 
-@pytest.mark.parametrize("old", [1, 2])
+@pytest.mark.parametrize("old", [1, 2, 3])
 def test_an_older_ledger_is_migrated_on_open(store_url: str, old: int) -> None:
-    """Ledgers written before waiting events became rows of their own (schema 2), or
-    before event rows got their own table (schema 1), open with everything in place."""
+    """Ledgers written before a matter kept when its wait began (schema 3: an upgraded
+    ledger failed `rebuild --check`, the documented check before a start), before
+    waiting events became rows of their own (schema 2), or before event rows got their
+    own table (schema 1), open with everything in place."""
     s = open_store(store_url)
     led = ledger(s)
     for i in range(3):
@@ -258,11 +260,14 @@ def test_an_older_ledger_is_migrated_on_open(store_url: str, old: int) -> None:
     ph = "?" if store_url.startswith("sqlite") else "%s"
     with s.write() as tx:  # turn it back into what the old schema stored
         cur = tx.cur  # type: ignore[attr-defined]
-        cur.execute("DELETE FROM queued")
+        if old < 3:
+            cur.execute("DELETE FROM queued")
         cur.execute("SELECT data FROM records WHERE kind = 'matter' AND id = 'r'")
         matter = json.loads(cur.fetchone()[0])
-        del matter["waiting"]
-        matter["pending"] = [4, 5]
+        matter.pop("since", None)
+        if old < 3:
+            del matter["waiting"]
+            matter["pending"] = [4, 5]
         cur.execute(
             "UPDATE records SET data = ? WHERE kind = 'matter' AND id = 'r'".replace("?", ph),
             (json.dumps(matter),),
@@ -294,7 +299,7 @@ def test_an_older_ledger_is_migrated_on_open(store_url: str, old: int) -> None:
             cur.execute("SELECT count(*) FROM records WHERE kind = 'event'")
             assert cur.fetchone()[0] == 0
             cur.execute("SELECT v FROM ledger_info WHERE k = 'schema'")
-            assert cur.fetchone()[0] == "3"
+            assert cur.fetchone()[0] == str(SCHEMA_VERSION)
         assert led.decide(k.Ingest(event=ev("5"))).reply.message.startswith("event 6 recorded")
     finally:
         again.close()
@@ -402,3 +407,27 @@ def test_a_lost_postgresql_connection_is_made_again() -> None:
                 assert tx.fact_count() == 2
         finally:
             s.close()
+
+
+#: The fields of the projection rows at each schema (a digest of their names): a field
+#: added to a record is a new schema, so that older ledgers get their rows rebuilt (a
+#: matter's "since" came without one, and upgraded ledgers failed `rebuild --check`).
+RECORD_FIELDS = {4: "df9bfaf2e3fd8ac6"}
+
+
+def test_the_projection_rows_change_only_with_the_schema() -> None:
+    import dataclasses
+    import hashlib
+
+    from kernel import records
+
+    kinds = (
+        records.Meta, records.EventRow, records.Matter, records.Queued, records.Turn,
+        records.Card, records.Timer, records.Action, records.Pipeline,
+    )  # fmt: skip
+    names = {c.__name__: [f.name for f in dataclasses.fields(c)] for c in kinds}
+    digest = hashlib.sha256(json.dumps(names, sort_keys=True).encode()).hexdigest()[:16]
+    assert RECORD_FIELDS.get(SCHEMA_VERSION) == digest, (
+        "the record classes changed: raise SCHEMA_VERSION (ghapp/store/base.py), say why in "
+        f"migrate()'s docstring, and add {{{SCHEMA_VERSION + 1}: {digest!r}}} here"
+    )
