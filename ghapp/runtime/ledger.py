@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from ghapp.runtime import crash
-from ghapp.store.base import DuplicateFact, Store, Tx, rebuild_records
+from ghapp.store.base import DuplicateFact, SqlTx, Store, Tx, rebuild_records
 from kernel import inputs as k
 from kernel import step as core
 from kernel.durations import iso
@@ -241,9 +241,14 @@ class Ledger:
         """Differences between the live projections and a replay of the facts."""
         from kernel.codec import dump_record  # noqa: PLC0415  # only rebuild needs it
 
-        fresh = {(r.kind, r.id): dump_record(r) for r in self.replayed().records()}
+        # One read for both (a server may be writing): the facts and the projections
+        # read in two gave differences that were not there, and advised a rebuild.
         with self.store.read() as tx:
+            if isinstance(tx, SqlTx):
+                tx.snapshot()
+            facts = [fact for _, _, fact in tx.facts()]
             live = {(k_, i): d for k_, i, d in tx.raw_records()}
+        fresh = {(r.kind, r.id): dump_record(r) for r in replay(facts).records()}
         diffs: list[str] = []
         for key in sorted(set(fresh) | set(live)):
             a, b = live.get(key), fresh.get(key)

@@ -166,6 +166,14 @@ class SqlTx:
     def _q(self, sql: str) -> str:
         return sql.replace("?", self.ph)
 
+    def snapshot(self) -> None:
+        """Let every read of this transaction see one state of the ledger (its first
+        statement). SQLite's read transactions do already; PostgreSQL's default (read
+        committed) gives each statement its own, and a check that read the facts, then
+        the projections, while a server wrote found differences that were not there."""
+        if self.ph == "%s":
+            self.cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+
     def has_key(self, key: str) -> bool:
         """True when a fact holds ``key``: its ``fkey``, or one of its extra keys."""
         if not _kernel_loaded:

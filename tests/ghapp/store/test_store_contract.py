@@ -431,3 +431,30 @@ def test_the_projection_rows_change_only_with_the_schema() -> None:
         "the record classes changed: raise SCHEMA_VERSION (ghapp/store/base.py), say why in "
         f"migrate()'s docstring, and add {{{SCHEMA_VERSION + 1}: {digest!r}}} here"
     )
+
+
+def test_a_check_while_another_process_writes_finds_no_difference(store_url: str) -> None:
+    """`rebuild --check` during a stream of webhooks read the facts, then the projections,
+    and reported rows that differ (and advised a rebuild) where none did."""
+    import threading
+
+    writer_store, checker_store = open_store(store_url), open_store(store_url)
+    writer, checker = ledger(writer_store), ledger(checker_store)
+    stop = threading.Event()
+
+    def write() -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            writer.decide(k.Ingest(event=ev(f"w{n}")))
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    try:
+        found = [checker.check() for _ in range(30)]
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+        writer_store.close()
+        checker_store.close()
+    assert all(diffs == [] for diffs in found), next(d for d in found if d)[:5]
