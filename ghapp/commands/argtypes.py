@@ -39,6 +39,17 @@ def poll_seconds(text: str) -> float:
     return value
 
 
+def stop_wait_seconds(text: str) -> float:
+    """``--stop-wait``: seconds a stop waits for running turns, from 0 to a day."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or not 0 <= value <= 86400:
+        raise argparse.ArgumentTypeError(f"{text}: give seconds from 0 to 86400")
+    return value
+
+
 def worker_name(text: str) -> str:
     """Any name an agent's ``"worker"`` can hold in rules.json: printable, not blank."""
     if not text.strip() or not text.isprintable():

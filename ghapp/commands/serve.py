@@ -328,6 +328,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="turns run at once (max_parallel)",
     )
     p.add_argument("--name", type=argtypes.worker_name, default="local", help="this worker's name")
+    p.add_argument(
+        "--stop-wait",
+        type=argtypes.stop_wait_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="seconds a stop (SIGTERM, Ctrl-C) waits for the running turns before it "
+        "stops them (their ends recorded: they run again at the next start); default: "
+        "until they end. Give less than the service manager's stop timeout",
+    )
     p.add_argument("--config", type=Path, help="a TOML settings file")
     p.add_argument(
         "--base-url",
@@ -454,7 +463,7 @@ def main(argv: list[str]) -> int:
         pass  # uvicorn raises again the Ctrl-C it stopped for: the stop is below, no traceback
     finally:
         running.stop()
-        code = wait_for_turns(running.worker)
+        code = wait_for_turns(running.worker, args.stop_wait)
         reset_logs()
     if code:
         sys.stdout.flush()

@@ -14,7 +14,7 @@ import signal
 import sys
 import threading
 
-from ghapp.commands.argtypes import poll_seconds, turns_at_once, worker_name
+from ghapp.commands.argtypes import poll_seconds, stop_wait_seconds, turns_at_once, worker_name
 from ghapp.commands.home import Home, configure_logs, home_from_env, require_home, reset_logs
 from ghapp.runtime.worker import WorkerLoop, wait_for_turns
 from ghapp.store.base import StoreError
@@ -52,6 +52,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--poll", type=poll_seconds, default=1.0, help="seconds between looks at the ledger"
     )
+    p.add_argument(
+        "--stop-wait",
+        type=stop_wait_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="seconds a stop (SIGTERM, Ctrl-C) waits for the running turns before it "
+        "stops them (their ends recorded: they run again at the next start); default: "
+        "until they end. Give less than the service manager's stop timeout",
+    )
     return p
 
 
@@ -88,7 +97,7 @@ def main(argv: list[str]) -> int:
         loop.stop()
         # As serve does: say which turns it waits for, and a second signal stops them now
         # (it said "stopped" and went on for up to the rule's timeout_s, deaf to signals).
-        code = wait_for_turns(loop)
+        code = wait_for_turns(loop, args.stop_wait)
         log.info("worker %r stopped", args.name)
     finally:
         reset_logs()

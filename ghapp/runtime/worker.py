@@ -31,7 +31,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 from ghapp.runtime.hub import Hub
 from kernel.records import Turn
@@ -48,6 +48,7 @@ MIN_PASS_S = 0.05
 FAIL_WAIT_S = 0.1  # after a failed pass, the next waits this long, doubled each time...
 FAIL_WAIT_MAX_S = 5.0  # ... up to this
 FAIL_SAY_S = 60.0  # while passes keep failing, one line this often
+STOP_RECORD_S = 10.0  # after a stop now, how long the killed turns have to record their end
 FAIL_UNHEALTHY_S = 30.0  # passes failing this long make the worker unhealthy (/healthz)
 
 
@@ -126,6 +127,11 @@ class WorkerLoop:
         left = self.running_turns()
         for turn_id in left:
             self.hub.stop_orphans(turn_id)
+        # Their threads record each end (a failure, run again at the next start, as the
+        # rule's retries allow): left "running", they held their matters until the claim
+        # lapsed, the rule's timeout_s plus two minutes after a restart.
+        futures = [fut for fut in list(self._running.values()) if not fut.done()]
+        wait(futures, timeout=STOP_RECORD_S)
         return left
 
     def run(self) -> None:
@@ -252,11 +258,13 @@ class WorkerLoop:
             self._wake.set()  # a finished turn may have made its matter runnable again
 
 
-def wait_for_turns(worker: WorkerLoop) -> int:
+def wait_for_turns(worker: WorkerLoop, within_s: float | None = None) -> int:
     """After a stop, wait for the agents still running, saying so; a second Ctrl-C or
     SIGTERM stops them now. Python would wait for their threads at exit in any case, in
     silence, up to each rule's timeout_s (30 minutes by default), and a second signal did
-    nothing. The exit code: 0 once they ended, 1 when they were stopped."""
+    nothing. ``within_s``: stop them once that long has passed (a service manager kills
+    the process at its own stop timeout, and the turns then stayed "running" until their
+    claims lapsed). The exit code: 0 once they ended, 1 when they were stopped."""
     left = worker.running_turns()
     if not left:
         return 0
@@ -267,17 +275,21 @@ def wait_for_turns(worker: WorkerLoop) -> int:
 
     signal.signal(signal.SIGINT, _again)
     signal.signal(signal.SIGTERM, _again)
-    log.warning(
-        "stopping: waiting for turn(s) %s to end (each within its rule's timeout_s); "
-        "Ctrl-C (or SIGTERM) again stops them now (a restart takes them up from the ledger)",
-        ", ".join(left),
+    bound = (
+        f"at most {within_s:g} s" if within_s is not None else "each within its rule's timeout_s"
     )
+    log.warning(
+        "stopping: waiting for turn(s) %s to end (%s); Ctrl-C (or SIGTERM) again stops "
+        "them now (a restart takes them up from the ledger)",
+        ", ".join(left), bound,
+    )  # fmt: skip
+    deadline = None if within_s is None else time.monotonic() + within_s
     while worker.running_turns():
-        if again.wait(0.2):
+        if again.wait(0.2) or (deadline is not None and time.monotonic() >= deadline):
             stopped = worker.stop_turns_now()
             log.warning(
-                "stopped turn(s) %s now: their agents were killed; a restart takes them up "
-                "from the ledger",
+                "stopped turn(s) %s now: their agents were killed, and each ended failed; "
+                "the next start runs them again (as their rule's retries allow)",
                 ", ".join(stopped) or "-",
             )
             return 1

@@ -258,6 +258,52 @@ def test_a_workers_stop_says_which_turns_it_waits_for_and_a_second_one_stops_the
         said = log.read_text()
         assert "stopped turn(s) t1 now" in said and "Traceback" not in said
         assert leftover_processes(agent) == []
+        # Its end is recorded: the next start runs it again at once, not once its claim
+        # lapsed (the rule's timeout_s and two minutes later).
+        status = subprocess.run(
+            [*cli, "status", "--json"],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=True,
+        )  # fmt: skip
+        (t1,) = [t for t in json.loads(status.stdout)["turns"] if t["id"] == "t1"]
+        assert t1["state"] != "running", t1
+    finally:
+        worker.kill()
+        worker.wait(timeout=10)
+
+
+def test_a_stop_with_stop_wait_stops_the_turns_itself_in_time(tmp_path: Path) -> None:
+    """Under systemd or Docker no second signal comes: their stop timeout killed the
+    process, and its turns stayed "running" until their claims lapsed."""
+    home = tmp_path / "home"
+    sleeper = [sys.executable, "-c", "import time; time.sleep(120)"]
+    doc = {
+        "agents": {"slow": {"use": "command", "command": sleeper}},
+        "rules": [{"name": "r", "on": {"source": "local", "type": "t.*"}, "agent": "slow"}],
+    }
+    init_home(home, rules_text=json.dumps(doc))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOLOOP_")}
+    env["AUTOLOOP_HOME"] = str(home)
+    cli = [sys.executable, "-m", "ghapp.commands.cli"]
+    subprocess.run(
+        [*cli, "emit", "local", "t.x", "s", "--id", "1"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    log = tmp_path / "work.log"
+    with log.open("w") as out:
+        worker = subprocess.Popen(
+            [*cli, "work", "--poll", "0.1", "--stop-wait", "1"],
+            cwd=ROOT, env=env, stdout=out, stderr=out,
+        )  # fmt: skip
+    try:
+        agent = home / "turns" / "t1"
+        wait_for("the agent", lambda: leftover_processes(agent))
+        started = time.monotonic()
+        worker.send_signal(signal.SIGTERM)  # once
+        assert worker.wait(timeout=20) == 1
+        assert time.monotonic() - started < 15
+        said = log.read_text()
+        assert "stopping: waiting for turn(s) t1 to end (at most 1 s)" in said
+        assert "stopped turn(s) t1 now" in said and leftover_processes(agent) == []
     finally:
         worker.kill()
         worker.wait(timeout=10)
