@@ -918,7 +918,7 @@ def _not_utf8(args_list: list[str]) -> str | None:
     return None
 
 
-def _ledger_failure(exc: BaseException) -> str | None:
+def ledger_failure(exc: BaseException) -> str | None:
     """One line for an error of the SQLite ledger that no command expects (a home made
     read-only, a damaged file), or None when ``exc`` is not one."""
     sqlite3 = sys.modules.get("sqlite3")  # not imported: the error is not one of its
@@ -966,7 +966,7 @@ def _main(args_list: list[str]) -> int:
 
         if isinstance(exc, ConfigError | StoreError):
             return _die(2, str(exc))
-        failure = _ledger_failure(exc)
+        failure = ledger_failure(exc)
         if failure is not None:
             return _die(2, failure)
         raise

@@ -415,6 +415,16 @@ def main(argv: list[str]) -> int:
         sock.close()
         print(f"autoloop serve: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:  # the ledger's own error at start (read-only, damaged): a line
+        from ghapp.commands.cli import ledger_failure  # noqa: PLC0415  # only on this path
+
+        line = ledger_failure(exc)
+        if line is None:
+            raise
+        reset_logs()
+        sock.close()
+        print(f"autoloop serve: {line}", file=sys.stderr)
+        return 2
     try:
         running.start()
     except InboxError as exc:

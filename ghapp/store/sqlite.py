@@ -196,6 +196,11 @@ class SqliteStore:
                 try:
                     cur.execute("BEGIN IMMEDIATE")
                 except sqlite3.OperationalError as exc:
+                    if "readonly" in str(exc).lower():  # (it said "locked; retry")
+                        raise StoreError(
+                            f"the ledger cannot be written ({exc}): give this user write "
+                            f"access to {self.path} and its folder"
+                        ) from exc
                     raise StoreError(f"the ledger is locked ({exc}); retry in a moment") from exc
                 try:
                     yield SqlTx(cur, "?")

@@ -568,3 +568,29 @@ def test_a_steady_paced_stream_is_decided_within_milliseconds_not_after_the_defe
             assert answer.status_code == 200
     wait_for("all decided", lambda: httpx.get(server.url + "/healthz").json()["waiting"] == 0)
     assert _lag_p99(server.url) < 1.0
+
+
+def test_a_ledger_error_at_start_is_one_line_not_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A home mounted read-only, with the GitHub App configured: serve ended in a
+    traceback from the first write (the ledger's name)."""
+    import sqlite3
+
+    from ghapp.commands import serve
+
+    home = tmp_path / "home"
+    init_home(home)
+    monkeypatch.setenv("AUTOLOOP_HOME", str(home))
+
+    def read_only(*args: object, **kw: object) -> object:
+        raise sqlite3.OperationalError("attempt to write a readonly database")
+
+    monkeypatch.setattr(serve, "build", read_only)
+    assert serve.main(["--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "autoloop serve: the ledger cannot be written (attempt to write a readonly database): "
+        "give this user write access to AUTOLOOP_HOME and its ledger.db, or run where it may "
+        "write\n"
+    )

@@ -340,9 +340,9 @@ def test_a_lost_ledger_is_a_fail_row_of_doctor_as_every_command_refuses_it(home:
 def test_an_error_of_the_sqlite_ledger_is_one_line(message: str) -> None:
     """A home made read-only (as root, as the tests run, no file is): the line that a
     command gives for SQLite's error."""
-    from ghapp.commands.cli import _ledger_failure
+    from ghapp.commands.cli import ledger_failure
 
-    line = _ledger_failure(sqlite3.OperationalError(message))
+    line = ledger_failure(sqlite3.OperationalError(message))
     assert line is not None and message in line
     if "readonly" in message:
         assert line.startswith("the ledger cannot be written") and "write access" in line
@@ -350,7 +350,7 @@ def test_an_error_of_the_sqlite_ledger_is_one_line(message: str) -> None:
         assert line.startswith("the ledger is damaged") and "backup" in line
     else:
         assert line.startswith("the ledger failed: OperationalError")
-    assert _ledger_failure(ValueError(message)) is None
+    assert ledger_failure(ValueError(message)) is None
 
 
 # ------------------------------------------------------------------- a lost ledger
