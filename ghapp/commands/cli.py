@@ -23,6 +23,7 @@ from kernel.text import for_terminal
 if TYPE_CHECKING:  # the commands import what they use: --help and status start fast
     from ghapp.commands.home import Home
     from ghapp.commands.show import Out
+    from kernel.model import Event
     from kernel.records import Card, Turn
 
 # The commands that start alone, not through the parser below: name -> ("module:function",
@@ -188,7 +189,29 @@ def cmd_emit(args: argparse.Namespace) -> int:
         _print_json({"code": r.code, "message": r.message, **dict(r.data)})
     else:
         _show(r.message)
+    if r.code == "duplicate":
+        other = _recorded_as(ctx, event)
+        if other:  # an id reused for another event: it was dropped without a word
+            print(
+                f"autoloop: warning: ({event.source}, {event.id}) was {other}; this "
+                f"{event.type} about {event.subject} was not recorded: give it another --id",
+                file=sys.stderr,
+            )
     return 0
+
+
+def _recorded_as(ctx: Home, event: Event) -> str:
+    """How the event recorded under ``event``'s (source, id) differs from it: "" when it
+    is the same type about the same subject (a command run twice)."""
+    with ctx.store.read() as tx:
+        for row in tx.data("event"):
+            first = row.get("event") or {}
+            if first.get("source") != event.source or first.get("id") != event.id:
+                continue
+            if (first.get("type"), first.get("subject")) == (event.type, event.subject):
+                return ""
+            return f"{first.get('type')} about {first.get('subject')} (event {row.get('seq')})"
+    return ""
 
 
 def _turn_line(turn: Turn) -> str:

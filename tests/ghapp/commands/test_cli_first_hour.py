@@ -427,3 +427,17 @@ def test_serve_and_work_refuse_a_bad_option_before_they_start(
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
     assert f"autoloop {argv[0]}: error: {words}" in out.stderr, out.stderr
     assert "started" not in out.stdout and "listening" not in out.stdout
+
+
+def test_an_id_reused_for_another_event_is_a_warning(tmp_path: Path) -> None:
+    """`emit ... --id 1` for a second, different event said only "duplicate", and the
+    event was gone; the same command run twice still says nothing more."""
+    c = starter(tmp_path)
+    again = c.run("emit", "local", "hello.world", "demo", "--id", "1")
+    assert again.stdout.startswith("duplicate:") and again.stderr == ""
+    other = c.run("emit", "local", "other.thing", "elsewhere", "--id", "1")
+    assert other.returncode == 0 and other.stdout.startswith("duplicate:")
+    assert other.stderr == (
+        "autoloop: warning: (local, 1) was hello.world about demo (event 1); this "
+        "other.thing about elsewhere was not recorded: give it another --id\n"
+    )
