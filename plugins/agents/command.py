@@ -19,6 +19,7 @@ on stdout and without a session, did not start: the retry gets a fresh session.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping, Sequence
 
@@ -36,6 +37,9 @@ from plugins.agents.process import run_process
 from plugins.protocols import AgentRequest, AgentResult
 
 PLACEHOLDER = re.compile(r"\{(prompt|session|resume|context)\}")
+
+
+log = logging.getLogger("autoloop.agents")
 
 
 def substitute(argv: Sequence[str], values: Mapping[str, str]) -> list[str]:
@@ -75,6 +79,12 @@ def run_reporting_program(argv: list[str], req: AgentRequest, env: dict[str, str
     if proc.spawn_error is not None:
         return failed(f"could not start the agent: {proc.spawn_error}", retry=False)
     report = read_report(report_file, proc.stderr)
+    if report.refused_session:  # its session is lost: say why, once, where people look
+        log.warning(
+            "turn %s: the agent reported the session %s, which is no session id (letters, "
+            "digits, . _ : -, at most 128, starting with a letter or digit): not kept",
+            req.turn, report.refused_session,
+        )  # fmt: skip
     started = report.session is not None or bool(proc.stdout.strip())
     # A resumed program that did not name its session again went on in the same one.
     session = report.session or (req.resume if started else None)

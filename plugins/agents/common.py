@@ -120,6 +120,7 @@ class Report:
     session: str | None = None
     tokens: int | None = None
     cost_usd: float | None = None
+    refused_session: str = ""  # a session the agent reported that is no session id
 
 
 def clear_report(path: Path) -> None:
@@ -139,13 +140,16 @@ def read_report(path: Path, stderr: str = "") -> Report:
         data = None
     if not isinstance(data, dict):
         data = {}
-    session = valid_session(data.get("session"))
+    reported = data.get("session")
+    session = valid_session(reported)
+    refused = "" if session is not None or reported in (None, "") else repr(reported)[:80]
     if session is None:
         found = STDERR_SESSION.findall(stderr)
         session = valid_session(found[-1]) if found else None
     tokens = data.get("tokens")
     cost = data.get("cost_usd")
     return Report(
+        refused_session=refused if session is None else "",
         session=session,
         tokens=tokens
         if isinstance(tokens, int)

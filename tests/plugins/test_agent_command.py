@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from plugins.agents.command import CommandAgent, substitute
-from plugins.agents.common import build_env, read_report
+from plugins.agents.common import Report, build_env, read_report
 from tests.fakes.turns import (
     FAKES_BIN,
     leaks,
@@ -212,12 +212,26 @@ def test_argv_and_env_carry_no_text_from_event_details(tmp_path: Path) -> None:
 def test_malformed_reports_are_ignored_field_by_field(tmp_path: Path) -> None:
     path = tmp_path / "report.json"
     path.write_text(json.dumps({"session": "-x", "tokens": True, "cost_usd": -1}))
-    assert read_report(path) == read_report(tmp_path / "missing.json")
+    assert read_report(path) == Report(refused_session="'-x'")
+    assert read_report(tmp_path / "missing.json") == Report()
     path.write_text("not json")
     assert read_report(path, "noise\nAUTOLOOP_SESSION_ID=abc-1\n").session == "abc-1"
     path.write_text(json.dumps({"session": "s-1", "tokens": 7, "cost_usd": 0.25}))
     report = read_report(path)
     assert (report.session, report.tokens, report.cost_usd) == ("s-1", 7, 0.25)
+
+
+def test_a_reported_session_that_is_no_session_id_is_said(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An agent's "--dangerous flag" session was dropped without a trace: its next turn
+    started afresh, and nothing said why."""
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps({"session": "--dangerous flag"}))
+    report = read_report(path)
+    assert report.session is None and report.refused_session == "'--dangerous flag'"
+    path.write_text(json.dumps({"session": "s-1"}))
+    assert read_report(path).refused_session == ""
 
 
 def test_a_report_that_is_no_regular_file_is_ignored_without_blocking(tmp_path: Path) -> None:
