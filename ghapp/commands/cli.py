@@ -318,6 +318,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 def why_trail(store: Any, turn_id: str) -> dict[str, Any] | None:
     """The trail of one turn as data: rules version, events, claim, agent, receipt, cards."""
     from kernel.codec import to_data  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+    from kernel.facts import EventRecorded  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
     from kernel.records import Card, EventRow, Turn  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
 
     with store.read() as tx:
@@ -327,6 +328,22 @@ def why_trail(store: Any, turn_id: str) -> dict[str, Any] | None:
         events = [tx.get("event", f"{s:012d}") for s in turn.events]
         cards = [tx.get("card", c) for c in turn.cards]
         actions = [tx.get("action", a) for a in turn.actions]
+        emitted = []  # its receipt's events, and where each went (or why it went nowhere)
+        fact_with_key = getattr(tx, "fact_with_key", None)
+        receipt = turn.receipt if isinstance(turn.receipt, Mapping) else {}
+        count = len(receipt.get("events") or ()) if fact_with_key is not None else 0
+        for i in range(count):
+            fact = fact_with_key(f"event:agent:{turn.id}.{i}") if fact_with_key else None
+            if isinstance(fact, EventRecorded):
+                emitted.append(
+                    {
+                        "seq": fact.seq,
+                        "type": fact.event.type,
+                        "subject": fact.event.subject,
+                        "routes": list(fact.routes),
+                        "reason": fact.reason,
+                    }
+                )
     return {
         "turn": turn.id,
         "kind": turn.kind_,
@@ -360,6 +377,7 @@ def why_trail(store: Any, turn_id: str) -> dict[str, Any] | None:
         "cards": [card_data(c) for c in cards if isinstance(c, Card)],
         "actions": [to_data(a) for a in actions if a is not None],
         "timers": list(turn.timers),
+        "emitted": emitted,
         "outcome": turn.outcome or turn.state,
         "error": turn.error,
         "refused_receipts": list(turn.refused),
@@ -391,6 +409,9 @@ def why_lines(store: Any, turn_id: str) -> list[str]:
         out.append(f"  card {c['id']} [{c['kind']}] {c['title']!r}: {c['state']}")
     for a in t["actions"]:
         out.append(f"  action {a['id']} {a['do']}: {a['status']}")
+    for e in t["emitted"]:
+        went = f"to {', '.join(e['routes'])}" if e["routes"] else f"not dispatched: {e['reason']}"
+        out.append(f"  emitted event {e['seq']}: {e['type']} {e['subject']}, {went}")
     for r in t["refused_receipts"]:
         out.append(f"  refused receipt: {r}")
     err = f": {t['error']}" if t["error"] else ""

@@ -502,6 +502,12 @@ class SqlTx:
         self.cur.execute(self._q(sql), args)
         return [(int(s), str(a), _fact(s, d)) for s, a, d in self.cur.fetchall()]
 
+    def fact_with_key(self, key: str) -> Fact | None:
+        """The fact stored under ``key`` (its ``fkey``), or None."""
+        self.cur.execute(self._q("SELECT seq, data FROM facts WHERE fkey = ?"), (key,))
+        row = self.cur.fetchone()
+        return _fact(row[0], row[1]) if row is not None else None
+
     def fact_count(self) -> int:
         self.cur.execute("SELECT count(*) FROM facts")
         return int(self.cur.fetchone()[0])

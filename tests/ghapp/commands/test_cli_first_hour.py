@@ -441,3 +441,38 @@ def test_an_id_reused_for_another_event_is_a_warning(tmp_path: Path) -> None:
         "autoloop: warning: (local, 1) was hello.world about demo (event 1); this "
         "other.thing about elsewhere was not recorded: give it another --id\n"
     )
+
+
+def test_why_says_where_each_emitted_event_went(tmp_path: Path) -> None:
+    """An emitted event that no rule routes was in no trail: only status counted one
+    event "not dispatched"."""
+    c = Cli(tmp_path / "home")
+    emitter = [
+        sys.executable,
+        "-c",
+        'print("```autoloop\\n{\\"events\\": [{\\"type\\": \\"x.done\\"}]}\\n```")',
+    ]
+    c.home.mkdir(parents=True)
+    doc = {
+        "agents": {"e": {"use": "command", "command": emitter}},
+        "rules": [
+            {
+                "name": "r",
+                "on": {"source": "local", "type": "go"},
+                "agent": "e",
+                "emits": ["x.done"],
+            }
+        ],
+    }
+    (c.home / "rules.json").write_text(json.dumps(doc))
+    c.run("init")
+    c.run("emit", "local", "go", "s", "--id", "1")
+    c.run("drain")
+    trail = c.json("why", "t1")
+    (emitted,) = trail["emitted"]
+    assert (emitted["type"], emitted["subject"], emitted["routes"]) == ("x.done", "s", [])
+    assert emitted["reason"]
+    lines = c.run("why", "t1").stdout.splitlines()
+    assert (
+        f"  emitted event {emitted['seq']}: x.done s, not dispatched: {emitted['reason']}" in lines
+    )
