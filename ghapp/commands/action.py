@@ -227,7 +227,14 @@ def _run(
         report.events = ingest(hub, renv, events, payload, say)
         if who is not None and renv.mode != "deliver":
             report.answers = answer(
-                hub, who, report.events, say, ledger_outlives_job=renv.ledger_outlives_job
+                hub,
+                who,
+                report.events,
+                say,
+                ledger_outlives_job=renv.ledger_outlives_job,
+                # d<n> cards are the deliveries', which a deliver run reads (this one, or
+                # the deliver workflow's run on the same comment): left to it
+                delivery_cards=True,
             )
             drained = hub.drain(worker=renv.worker)
             with hub.store.read() as tx:
@@ -386,9 +393,11 @@ def answer(
     say: Callable[[str], None],
     *,
     ledger_outlives_job: bool = True,
+    delivery_cards: bool = False,
 ) -> list[Answered]:
     """``/answer CARD N`` comments of this run, each handled once."""
     desk = AnswerDesk(hub, who.client, who.bot_login)
+    desk.delivery_cards = delivery_cards
     if not ledger_outlives_job:
         desk.missing_hint = (
             "A card asked in another run of this workflow is in that run's ledger, which "
@@ -398,7 +407,7 @@ def answer(
         )
     out: list[Answered] = []
     for item in recorded:
-        request = parse_answer(item.event)
+        request = parse_answer(item.event, delivery_cards=delivery_cards)
         if request is None:
             continue
         outcome = desk.handle_event(item.event, sweeping=item.code != "recorded")

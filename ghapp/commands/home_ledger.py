@@ -122,11 +122,22 @@ def _used(home: Path, ledger: Path) -> bool:
             return False  # 'autoloop init --new-ledger' said to start anew
         # Listed under another whole path: a home moved, or copied, with the list an
         # older autoloop wrote (a copy took its missing ledger for a new one).
-        if not any(Path(line).is_absolute() and Path(line).name == ledger.name for line in known):
+        if not any(_home_ledger_elsewhere(line, ledger.name) for line in known):
             return False
     # Turn folders say the home's own ledger was used (a home from before the list too).
     turns = home / "turns"
     return ledger == home / "ledger.db" and turns.is_dir() and any(turns.iterdir())
+
+
+def _home_ledger_elsewhere(line: str, name: str) -> bool:
+    """Whether a whole path of the list names a home's own ledger of this ``name`` at
+    another place: its folder is gone (the home was moved) or is a home (it was copied).
+    A ledger outside any home (``AUTOLOOP_DB``) is not this home's."""
+    path = Path(line)
+    if not path.is_absolute() or path.name != name:
+        return False
+    folder = path.parent
+    return not folder.exists() or (folder / KNOWN_LEDGERS).exists()
 
 
 def _gone(ledger: Path) -> str | None:

@@ -79,8 +79,11 @@ class AnswerRequest:
     written: str = ""
 
 
-def parse_answer(event: Event) -> AnswerRequest | None:
-    """The answer an ``issue_comment.created`` event asks for, or None."""
+def parse_answer(event: Event, *, delivery_cards: bool = False) -> AnswerRequest | None:
+    """The answer an ``issue_comment.created`` event asks for, or None. With
+    ``delivery_cards`` (the Action, whose deliveries name their cards ``d<n>``),
+    ``/answer d<n> ...`` is left to the delivery's run, which reads and answers it;
+    elsewhere (the App, whose cards are all ``c<n>``) it is told how to answer."""
     if event.source != "github" or event.type != "issue_comment.created":
         return None
     d = event.details
@@ -97,7 +100,7 @@ def parse_answer(event: Event) -> AnswerRequest | None:
     if tried is None:
         return None
     line = tried.group(0).strip()
-    if _DELIVERY_CARD.match(line):
+    if delivery_cards and _DELIVERY_CARD.match(line):
         return None
     named = _CARD_WORD.search(line[len("/answer") :])
     return AnswerRequest(cid, target, login, named.group(1).lower() if named else "", 0, line)
@@ -132,6 +135,8 @@ class AnswerDesk:
         #: Said after "there is no card ...": why one may be missing here (an Action's
         #: ledger that ended with the run that asked it).
         self.missing_hint = ""
+        #: Whether a delivery's runner reads ``/answer d<n>`` here (see parse_answer).
+        self.delivery_cards = False
         self._queue: queue.Queue[Event | None] = queue.Queue()
         self._done: set[int] = set()
         self._stop = threading.Event()
@@ -188,7 +193,7 @@ class AnswerDesk:
 
     def handle_event(self, event: Event, *, sweeping: bool = False) -> str:
         """What was done: ``answered``, ``replied``, ``handled`` (before), or ``ignored``."""
-        req = parse_answer(event)
+        req = parse_answer(event, delivery_cards=self.delivery_cards)
         if req is None or req.comment_id in self._done:
             return "ignored"
         outcome = self.handle(req, sweeping=sweeping)  # raises: not done, swept again later
@@ -293,7 +298,7 @@ class AnswerDesk:
                 row = tx.get("event", f"{seq:012d}")
                 if not isinstance(row, EventRow) or row.at < cutoff:
                     continue
-                if parse_answer(row.event) is not None:
+                if parse_answer(row.event, delivery_cards=self.delivery_cards) is not None:
                     out.append(row.event)
         return out
 

@@ -159,13 +159,6 @@ def permission_hint(exc: GitHubError) -> str:
     if path.rstrip("/").count("/") == 3 and "/repos/" in path:  # the repository itself
         return f"{REFUSED_PERMISSION}needs metadata: read"
     return (
-        f"{REFUSED_PERMISSION}lacks a permission this request needs (the workflow's permissions:)"
+        f"{REFUSED_PERMISSION}lacks a permission this request needs (the workflow's "
+        "permissions:, or the App's permissions in its settings)"
     )
-    path = exc.url.split("?", 1)[0]
-    level = "read" if exc.method.upper() == "GET" else "write"
-    for part, name in _PERMISSIONS:
-        if part in path:
-            return f"; the job's token (or the App) needs {name}: {level}"
-    if path.rstrip("/").count("/") == 3 and "/repos/" in path:  # the repository itself
-        return "; the job's token (or the App) needs metadata: read"
-    return ""

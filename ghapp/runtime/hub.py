@@ -22,7 +22,7 @@ from ghapp.runtime.budget import UsageMeter, cap_notice, day_bounds
 from ghapp.runtime.cards import Cards, ChannelMaker
 from ghapp.runtime.ledger import Ledger, Outcome
 from ghapp.runtime.outbox import Outbox
-from ghapp.runtime.redact import is_maskable, is_secret_key, mask, plain_escapes
+from ghapp.runtime.redact import is_maskable, is_secret_key, mask, masked_with_escapes
 from ghapp.runtime.rules_file import real_clock
 from ghapp.runtime.turns import PreparedTurn, prepare, run_agent, stop_leftovers
 from ghapp.store.base import Store
@@ -150,7 +150,7 @@ class RedactingLedger(Ledger):
             return replace(
                 inp,
                 outcome=replace(
-                    out, final_message=r(plain_escapes(out.final_message)), error=r(out.error)
+                    out, final_message=masked_with_escapes(r, out.final_message), error=r(out.error)
                 ),
             )
         if isinstance(inp, k.ActionDone):

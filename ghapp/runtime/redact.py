@@ -62,7 +62,14 @@ from dataclasses import dataclass
 from typing import TypeVar, cast
 from urllib.parse import quote, quote_plus
 
-__all__ = ["MIN_VALUE_LENGTH", "Redactor", "is_secret_key", "mask", "plain_escapes"]
+__all__ = [
+    "MIN_VALUE_LENGTH",
+    "Redactor",
+    "is_secret_key",
+    "mask",
+    "masked_with_escapes",
+    "plain_escapes",
+]
 
 MIN_VALUE_LENGTH = 8
 _MARK = "[REDACTED:"
@@ -313,6 +320,20 @@ def plain_escapes(text: str) -> str:
         return ch
 
     return _ESCAPE.sub(one, text) if "\\" in text else text
+
+
+def masked_with_escapes(redact: Callable[[str], str], text: str) -> str:
+    """``text`` masked by ``redact``; when a secret shows only once JSON's escapes are
+    written out (a receipt's ``shop\\u002dkey``, which the kernel reads as
+    ``shop-key``), that written-out text, masked. Text that hides nothing is kept as it
+    was (an agent's regex or path with ``\\/`` in it stays); a secret that holds a
+    backslash itself is masked before anything is written out."""
+    once = redact(text)
+    plain = plain_escapes(once)
+    if plain == once:
+        return once
+    again = redact(plain)
+    return again if again != plain else once
 
 
 def _literal_forms(value: str) -> set[str]:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ghapp.runtime.redact import plain_escapes
+from ghapp.runtime.redact import masked_with_escapes
 from kernel import inputs as k
 from kernel.codec import to_data
 from kernel.model import AgentSpec, Rule, Rules
@@ -154,9 +154,9 @@ def run_agent(
             prepared.request.turn, len(left), ", ".join(map(str, left)),
         )  # fmt: skip
     try:
-        # (JSON escapes written out first: a secret spelled with them is masked too)
-        output = plain_escapes(result.output or result.final_message)
-        (prepared.folder / "output.log").write_text(redact(output))
+        # (a secret spelled with JSON escapes is masked too)
+        output = masked_with_escapes(redact, result.output or result.final_message)
+        (prepared.folder / "output.log").write_text(output)
         scrub_folder(prepared.folder, redact)  # what the agent wrote there (report.json...)
     except OSError as exc:  # a full disk must not lose the outcome of an agent that ran
         log.error("turn %s: its output could not be saved: %s", prepared.request.turn, exc)

@@ -402,6 +402,23 @@ def test_a_home_moved_elsewhere_still_refuses_its_lost_ledger(home: Home, tmp_pa
     refused(moved.run("status", ok=False), "ledger.db", "history", "backup")
 
 
+def test_a_ledger_once_named_by_autoloop_db_is_not_taken_for_the_homes_own(
+    home: Home, tmp_path: Path
+) -> None:
+    """A home that ran with AUTOLOOP_DB=sqlite:///elsewhere/ledger.db, then without it:
+    its own ledger.db, never used, is no lost ledger."""
+    outside = tmp_path / "data"
+    outside.mkdir()
+    home.rules({**RULES, "rules": [{"name": "r", "on": {"type": "x"}, "agent": "demo"}]})
+    drop_ledger(home)
+    (home.home / "known-ledgers").write_text("")
+    db = f"sqlite:///{outside / 'ledger.db'}"
+    home.run("emit", "local", "x", "s", "--id", "1", AUTOLOOP_DB=db)
+    home.run("drain", AUTOLOOP_DB=db)  # turns/t1 in the home
+    assert (home.home / "turns" / "t1").is_dir()
+    assert home.run("status").returncode == 0  # its own ledger: new, not lost
+
+
 def test_a_command_leaves_its_writes_in_ledger_db_so_a_plain_copy_holds_them(
     home: Home, tmp_path: Path
 ) -> None:

@@ -34,7 +34,7 @@ def test_other_errors_get_no_hint() -> None:
     unknown = GitHubError(NOT_ACCESSIBLE, status=403, url="/x/unknown")
     assert permission_hint(unknown) == (
         "; the job's token (or the App) lacks a permission this request needs "
-        "(the workflow's permissions:)"
+        "(the workflow's permissions:, or the App's permissions in its settings)"
     )
 
 

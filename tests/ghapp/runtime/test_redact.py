@@ -15,7 +15,14 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from ghapp.runtime.hub import RedactingLedger
-from ghapp.runtime.redact import MIN_VALUE_LENGTH, Redactor, is_secret_key, mask, plain_escapes
+from ghapp.runtime.redact import (
+    MIN_VALUE_LENGTH,
+    Redactor,
+    is_secret_key,
+    mask,
+    masked_with_escapes,
+    plain_escapes,
+)
 from kernel import inputs as k
 from kernel.model import Event
 from tests import paths
@@ -445,3 +452,21 @@ def test_a_secret_spelled_with_escapes_is_written_out_to_be_masked() -> None:
     assert plain_escapes(r'"shop\u002dkey\/x"') == '"shop-key/x"'
     assert plain_escapes(r'"a\\u002d"') == r'"a\\u002d"'  # an escaped backslash, then text
     assert plain_escapes(r'"\u0022\u000a\ud83d\ude00"') == r'"\u0022\u000a\ud83d\ude00"'
+
+
+def test_a_secret_holding_a_backslash_is_masked_before_escapes_are_written_out() -> None:
+    """Written out first, `Xk9\\/pQ2zLm#7` became `Xk9/pQ2zLm#7`, which no mask matched:
+    the output log held it in clear."""
+    secret = r"Xk9\/pQ2zLm#7"
+    redact = Redactor([secret]).redact
+    masked = masked_with_escapes(redact, f"log: token {secret}")
+    assert "pQ2zLm" not in masked and "[REDACTED:" in masked
+
+
+def test_text_that_hides_no_secret_is_kept_as_written() -> None:
+    """An agent's regex or path with escapes in it is stored as the agent wrote it."""
+    redact = Redactor(["shop-key-123456"]).redact
+    prose = r"regex /^a\/b$/ and C:\u0041"
+    assert masked_with_escapes(redact, prose) == prose
+    spelled = r'{"notice": [{"title": "shop\u002dkey\u002d123456"}]}'
+    assert "[REDACTED:" in masked_with_escapes(redact, spelled)
