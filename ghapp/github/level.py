@@ -217,13 +217,15 @@ class LevelDeliveries:
         if work is not None and about is not None and not concerned(work.delivery, pull, about):
             return None
         moved.rebuilt_from = carried.where if carried is not None else ""
-        if work is not None and event is not None and event.type == "issue_comment.created":
+        commented = event is not None and event.type == "issue_comment.created"
+        if work is not None and event is not None and commented:
             said = {
                 "id": event.details.get("comment_id"),
                 "user": {"login": _text(event.details, "comment_user")},
                 "body": event.details.get("comment_body"),
             }
-            self.carrier.answers.no_card(t, work.delivery, said)
+            if isinstance(said["id"], int):  # (the reply's marker names the comment)
+                self.carrier.answers.no_card(t, work.delivery, said)
         if work is None or work.delivery.terminal:
             labeled = event is not None and event.type == "pull_request.labeled"
             by = _text(event.details, "sender") if event is not None and labeled else ""
