@@ -38,7 +38,7 @@ from ghapp.runtime.ledger import Outcome
 from ghapp.runtime.links import LINKS_KEY_INFO, CardLinks, key_fingerprint
 from ghapp.runtime.logs import batch_lines
 from ghapp.runtime.settings import MIN_SECRET_CHARS, Settings, SettingsError, hmac_source
-from ghapp.runtime.worker import WorkerLoop, wait_for_turns
+from ghapp.runtime.worker import WorkerLoop, second_stop, wait_for_turns
 from ghapp.store.base import StoreError
 from ghapp.store.sqlite import SqliteStore, sqlite_file
 from ghapp.web.app import Server, create_app
@@ -472,8 +472,9 @@ def main(argv: list[str]) -> int:
     except KeyboardInterrupt:
         pass  # uvicorn raises again the Ctrl-C it stopped for: the stop is below, no traceback
     finally:
+        now = second_stop()  # a second signal from here on stops the turns at once
         running.stop()
-        code = wait_for_turns(running.worker, args.stop_wait)
+        code = wait_for_turns(running.worker, args.stop_wait, now=now)
         reset_logs()
     if code:
         sys.stdout.flush()

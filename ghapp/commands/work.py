@@ -16,7 +16,7 @@ import threading
 
 from ghapp.commands.argtypes import poll_seconds, stop_wait_seconds, turns_at_once, worker_name
 from ghapp.commands.home import Home, configure_logs, home_from_env, require_home, reset_logs
-from ghapp.runtime.worker import WorkerLoop, wait_for_turns
+from ghapp.runtime.worker import WorkerLoop, second_stop, wait_for_turns
 from ghapp.store.base import StoreError
 from kernel.errors import ConfigError
 
@@ -94,10 +94,11 @@ def main(argv: list[str]) -> int:
     code = 0
     try:
         stop.wait()
+        now = second_stop()  # a second signal from here on stops the turns at once
         loop.stop()
         # As serve does: say which turns it waits for, and a second signal stops them now
         # (it said "stopped" and went on for up to the rule's timeout_s, deaf to signals).
-        code = wait_for_turns(loop, args.stop_wait)
+        code = wait_for_turns(loop, args.stop_wait, now=now)
         log.info("worker %r stopped", args.name)
     finally:
         reset_logs()

@@ -258,17 +258,34 @@ class WorkerLoop:
             self._wake.set()  # a finished turn may have made its matter runnable again
 
 
-def wait_for_turns(worker: WorkerLoop, within_s: float | None = None) -> int:
+def second_stop() -> threading.Event:
+    """An event a second Ctrl-C or SIGTERM sets from now on (for :func:`wait_for_turns`,
+    while the rest of the process stops)."""
+    asked = threading.Event()
+
+    def _again(signum: int, frame: object) -> None:
+        asked.set()
+
+    signal.signal(signal.SIGINT, _again)
+    signal.signal(signal.SIGTERM, _again)
+    return asked
+
+
+def wait_for_turns(
+    worker: WorkerLoop, within_s: float | None = None, *, now: threading.Event | None = None
+) -> int:
     """After a stop, wait for the agents still running, saying so; a second Ctrl-C or
     SIGTERM stops them now. Python would wait for their threads at exit in any case, in
     silence, up to each rule's timeout_s (30 minutes by default), and a second signal did
     nothing. ``within_s``: stop them once that long has passed (a service manager kills
     the process at its own stop timeout, and the turns then stayed "running" until their
-    claims lapsed). The exit code: 0 once they ended, 1 when they were stopped."""
+    claims lapsed). ``now``: set by a second signal that came while the process was
+    stopping its other parts (it was lost). The exit code: 0 once they ended, 1 when
+    they were stopped."""
     left = worker.running_turns()
     if not left:
         return 0
-    again = threading.Event()
+    again = now if now is not None else threading.Event()  # (set: asked twice already)
 
     def _again(signum: int, frame: object) -> None:
         again.set()

@@ -210,3 +210,34 @@ def test_a_worker_that_fails_for_long_or_stopped_says_so() -> None:
     finally:
         loop.stop()
     assert loop.problem() == ""  # stopped on purpose
+
+
+def test_a_second_signal_during_the_rest_of_the_stop_is_not_lost() -> None:
+    """A second Ctrl-C or SIGTERM that came while the server stopped its other parts was
+    taken by the first stop's handler, and the turns were waited for all the same."""
+    import threading
+
+    from ghapp.runtime.worker import wait_for_turns
+
+    class Busy:
+        stopped: list[str] = []
+
+        def running_turns(self) -> list[str]:
+            return [] if self.stopped else ["t1"]
+
+        def stop_turns_now(self) -> list[str]:
+            self.stopped.append("t1")
+            return ["t1"]
+
+    import signal
+
+    now = threading.Event()
+    now.set()  # asked twice already
+    kept = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        started = time.monotonic()
+        assert wait_for_turns(Busy(), None, now=now) == 1  # type: ignore[arg-type]  # (a fake)
+        assert time.monotonic() - started < 2 and Busy.stopped == ["t1"]
+    finally:
+        for sig, handler in kept.items():
+            signal.signal(sig, handler)
