@@ -82,7 +82,12 @@ class CardAnswers:
             created = comment.get("created_at")
             if found is None or found.group(1).lower() != name:
                 tried = DELIVERY_TRIED.search(body)
-                if tried is not None and _after(created, raised):
+                # An answer to the card before this one may have been taken by the run
+                # that raised this one: with the runner's clock behind GitHub's, it looks
+                # written after; it is given the clocks' slack.
+                earlier = tried is not None and int(tried.group(1)) < d.cards
+                slack = ANSWER_SLACK if earlier else timedelta(0)
+                if tried is not None and _after(created, raised, slack):
                     # Written while this card was open, and not an answer to it.
                     why = (
                         f"card {name} is the one open on this pull request: write "
@@ -147,14 +152,14 @@ def _said(line: str) -> str:
     return line.strip()[len("/answer") :].strip().replace("`", "'")[:80]
 
 
-def _after(created: object, raised: str) -> bool:
+def _after(created: object, raised: str, slack: timedelta = timedelta(0)) -> bool:
     """Whether a comment made at ``created`` (GitHub's time, to the second) came after
-    the card was raised at ``raised``: strictly, in a later second (one made in the same
-    second may have answered the card before it)."""
+    the card was raised at ``raised`` (and ``slack`` more): strictly, in a later second
+    (one made in the same second may have answered the card before it)."""
     if not isinstance(created, str) or not raised:
         return False
     try:
-        return instant(created) > instant(raised).replace(microsecond=0)
+        return instant(created) > instant(raised).replace(microsecond=0) + slack
     except ValueError:
         return False
 

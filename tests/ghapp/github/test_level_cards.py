@@ -110,3 +110,15 @@ def test_a_notice_and_no_card_have_no_answer(sandbox: SandboxHandle, ex: GitHubE
     answers = CardAnswers(ex.client, ex, ex.bot_login)
     assert answers.answer(t, notice, comments) == (None, "")
     assert answers.answer(t, replace(d, card=None), comments) == (None, "")
+
+
+def test_an_answer_to_the_card_before_gets_the_clocks_slack_before_a_reply() -> None:
+    """A runner whose clock is behind GitHub's saw the answer that its own run took (to
+    d1) written after d2 was raised, and told its author it was not taken."""
+    from ghapp.github.level_cards import _after
+
+    raised = "2026-11-30T09:00:05.500000+00:00"  # the runner's clock
+    assert _after("2026-11-30T09:00:06Z", raised)  # a later second: a new comment
+    assert not _after("2026-11-30T09:00:05Z", raised)  # the same second: maybe before
+    assert not _after("2026-11-30T09:01:30Z", raised, ANSWER_SLACK)  # within the slack
+    assert _after("2026-11-30T09:02:06Z", raised, ANSWER_SLACK)
