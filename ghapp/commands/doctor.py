@@ -39,6 +39,7 @@ from ghapp.github.client import GitHubClient
 from ghapp.github.errors import GitHubError, NotFound, Unauthorized, Unreachable
 from ghapp.github.manifest import WEBHOOK_PATH, events_missing, permissions_missing
 from ghapp.github.retry import Policy
+from ghapp.runtime.links import RULES_INFO
 from ghapp.runtime.rules_file import load_rules, rules_path
 from ghapp.runtime.settings import GitHubSettings, Settings, SettingsError, hmac_source
 from kernel.errors import ConfigError
@@ -188,7 +189,20 @@ def postgres_check(db: str, home: Path | None = None) -> Check:
     mine = _key_fingerprint(home) if home is not None else None
     if found.links_key is not None and mine is not None and mine != found.links_key:
         return Check("ledger", WARN, f"{shown}; {OTHER_KEY}")
+    version = _rules_version(home) if home is not None else None
+    if found.rules_version is not None and version is not None and version != found.rules_version:
+        said = OTHER_RULES.format(mine=version, theirs=found.rules_version)
+        return Check("ledger", WARN, f"{shown}; {said}")
     return Check("ledger", OK, shown)
+
+
+def _rules_version(home: Path) -> str | None:
+    from plugins.agents.registry import KNOWN_AGENT_ADAPTERS  # noqa: PLC0415  # only here
+
+    try:
+        return load_rules(home, agents=KNOWN_AGENT_ADAPTERS, channels=CHANNEL_ADAPTERS).version
+    except (ConfigError, OSError):
+        return None  # the rules row says why
 
 
 #: said (doctor, serve) when the ledger's servers sign card links with another key
@@ -197,6 +211,24 @@ OTHER_KEY = (
     "card links with: a link one of them sent is refused by the others; give every "
     "server the same master.key (copy it from the first home)"
 )
+
+
+#: said (doctor, serve, work) when the ledger's processes read other rules
+OTHER_RULES = (
+    "this home's rules are not the ones the process of this ledger started last read "
+    "(version {mine} here, {theirs} there): each replica decides by its own rules.json; "
+    "give every replica the same file"
+)
+
+
+def other_rules(store: object, version: str) -> str:
+    """Record ``version`` as the rules the last process started on a shared ledger read;
+    what to say when the one before read others ("" when the same, or none yet)."""
+    with store.write() as tx:  # type: ignore[attr-defined]  # a Store
+        before = tx.swap_info(RULES_INFO, version)
+    if before in (None, version):
+        return ""
+    return OTHER_RULES.format(mine=version, theirs=before)
 
 
 def _key_fingerprint(home: Path) -> str | None:

@@ -142,6 +142,10 @@ def build(
             from ghapp.commands.doctor import OTHER_KEY  # noqa: PLC0415  # only then
 
             notes.append(f"{OTHER_KEY} (after a rotation of master.key, this is said once)")
+        from ghapp.commands.doctor import other_rules  # noqa: PLC0415  # (as above)
+
+        if said := other_rules(ctx.store, rules.version):
+            notes.append(f"{said} (after a change of rules.json, each replica says it once)")
     hub = ctx.hub()
     # Here card pages are served: a webhook channel with "links": true carries them too.
     from plugins.channels.local import WebhookChannel  # noqa: PLC0415  # only where serve runs

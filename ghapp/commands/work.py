@@ -18,6 +18,7 @@ from ghapp.commands.argtypes import poll_seconds, stop_wait_seconds, turns_at_on
 from ghapp.commands.home import Home, configure_logs, home_from_env, require_home, reset_logs
 from ghapp.runtime.worker import WorkerLoop, second_stop, wait_for_turns
 from ghapp.store.base import StoreError
+from ghapp.store.sqlite import SqliteStore
 from kernel.errors import ConfigError
 
 log = logging.getLogger("autoloop.worker")
@@ -75,9 +76,16 @@ def main(argv: list[str]) -> int:
         rules = ctx.rules()
         configure_logs(ctx)
         hub = ctx.hub()
+        said = ""
+        if not isinstance(ctx.store, SqliteStore):  # replicas of a shared ledger
+            from ghapp.commands.doctor import other_rules  # noqa: PLC0415  # only then
+
+            said = other_rules(ctx.store, rules.version)
     except (ConfigError, StoreError) as exc:
         print(f"autoloop work: {exc}", file=sys.stderr)
         return 2
+    if said:
+        print(f"autoloop work: {said} (after a change of rules.json, said once)", flush=True)
     loop = WorkerLoop(
         hub, name=args.name, max_parallel=args.parallel or rules.max_parallel, poll_s=args.poll
     )

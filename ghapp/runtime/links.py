@@ -56,6 +56,8 @@ def derive(master: bytes, purpose: str) -> bytes:
 
 #: where a ledger keeps the fingerprint of the key its card links are signed with
 LINKS_KEY_INFO = "links-key"
+#: where a shared ledger keeps the version of the rules its last started process read
+RULES_INFO = "rules-version"
 
 
 def key_fingerprint(master: bytes) -> str:

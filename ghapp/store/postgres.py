@@ -145,6 +145,7 @@ class Found:
     schema: int | None  # the ledger's schema version; None: no ledger there yet
     facts: int  # the number of the last fact (0: none)
     links_key: str | None = None  # the fingerprint of the key card links are signed with
+    rules_version: str | None = None  # the rules the last process started on it read
 
 
 def look(url: str, *, connect_timeout_s: int = 5) -> Found:
@@ -167,6 +168,9 @@ def look(url: str, *, connect_timeout_s: int = 5) -> Found:
                 version = conn.execute("SELECT v FROM ledger_info WHERE k = 'schema'").fetchone()
                 last = conn.execute("SELECT coalesce(max(seq), 0) FROM facts").fetchone()
                 key = conn.execute("SELECT v FROM ledger_info WHERE k = 'links-key'").fetchone()
+                rules = conn.execute(
+                    "SELECT v FROM ledger_info WHERE k = 'rules-version'"
+                ).fetchone()
     except psycopg.Error as exc:
         raise StoreError(
             f"cannot reach the PostgreSQL ledger: {hide_passwords(one_line(str(exc)), url)}; "
@@ -179,4 +183,5 @@ def look(url: str, *, connect_timeout_s: int = 5) -> Found:
         schema,
         int(last[0]) if last is not None else 0,
         str(key[0]) if key is not None else None,
+        str(rules[0]) if rules is not None else None,
     )

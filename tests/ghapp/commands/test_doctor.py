@@ -552,3 +552,49 @@ def test_each_signed_source_is_a_row_as_serve_would_take_it(
     assert (row["status"], code) == (status, 0 if status == "ok" else 1), row
     assert row["detail"].startswith(detail), row
     assert "a-long-enough" not in json.dumps(report)
+
+
+@pytest.mark.pg
+def test_replicas_with_different_rules_are_told_at_start_and_by_doctor(
+    pg: str, tmp_path: Path
+) -> None:
+    """Each replica decides by its own rules.json: two that differed (one edited, the
+    other not) ran different rules on one ledger, and nothing said so."""
+    rules = {"agents": {"demo": {"use": "demo"}}, "rules": []}
+    first = make_home(tmp_path / "a", rules)
+    second = make_home(tmp_path / "b", {**rules, "max_hops": 3})
+    shutil.copyfile(first / "master.key", second / "master.key")  # (only the rules differ)
+
+    def start(home: Path) -> list[str]:
+        env = local_env(home, pg)
+        ctx = Home.open(env=env, home=home)
+        try:
+            return build(ctx, Settings.from_env(env), connect_github=False).notes
+        finally:
+            ctx.store.close()
+
+    assert not [n for n in start(first) if "rules" in n]
+    (said,) = [n for n in start(second) if "this home's rules" in n]
+    assert "each replica decides by its own rules.json" in said
+    status, detail = ledger_row(doctor(local_env(first, pg))[1])
+    assert status == "warn" and "give every replica the same file" in detail
+    shutil.copyfile(first / "rules.json", second / "rules.json")
+    assert [n for n in start(second) if "this home's rules" in n]  # said once, for the last
+    assert not [n for n in start(second) if "this home's rules" in n]
+    assert ledger_row(doctor(local_env(first, pg))[1])[0] == "ok"
+    # a worker of the ledger says it too
+    (second / "rules.json").write_text(json.dumps({**rules, "max_hops": 4}))
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "ghapp.commands.cli", "work", "--poll", "0.1"],
+        cwd=ROOT, env=local_env(second, pg), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True,
+    )  # fmt: skip
+    try:
+        assert worker.stdout is not None
+        first_line = worker.stdout.readline()
+        assert first_line.startswith("autoloop work: this home's rules are not the ones"), (
+            first_line
+        )
+    finally:
+        worker.terminate()
+        worker.communicate(timeout=20)  # (reads the rest, and closes the pipe)
