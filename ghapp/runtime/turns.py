@@ -262,12 +262,12 @@ def stop_leftovers(folder: Path, *, within_s: float = 5.0) -> list[int]:
             else:
                 os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
         time.sleep(0.02)
     return pids
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     """True while ``pid`` runs; a zombie (exited, waiting for its parent) counts as gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()

@@ -221,11 +221,14 @@ def test_a_stop_says_which_turns_it_waits_for_and_a_second_one_stops_them(
         server.stop()
 
 
-def test_a_workers_stop_says_which_turns_it_waits_for_and_a_second_one_stops_them(
-    tmp_path: Path,
-) -> None:
-    """`autoloop work` said "stopped" at SIGTERM and went on until the agent's timeout,
-    deaf to a second signal; it now stops as serve does."""
+CLI = [sys.executable, "-m", "ghapp.commands.cli"]
+
+
+def slow_turn_in_a_worker(
+    tmp_path: Path, *flags: str
+) -> tuple[Path, dict[str, str], Path, subprocess.Popen[bytes]]:
+    """A home whose agent sleeps two minutes, one event for it, and ``autoloop work``
+    (with ``flags``) started on it, writing to the log file: (home, env, log, worker)."""
     home = tmp_path / "home"
     sleeper = [sys.executable, "-c", "import time; time.sleep(120)"]
     doc = {
@@ -235,17 +238,24 @@ def test_a_workers_stop_says_which_turns_it_waits_for_and_a_second_one_stops_the
     init_home(home, rules_text=json.dumps(doc))
     env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOLOOP_")}
     env["AUTOLOOP_HOME"] = str(home)
-    cli = [sys.executable, "-m", "ghapp.commands.cli"]
-    emitted = subprocess.run(
-        [*cli, "emit", "local", "t.x", "s", "--id", "1"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
+    subprocess.run(
+        [*CLI, "emit", "local", "t.x", "s", "--id", "1"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=True,
     )  # fmt: skip
-    assert emitted.returncode == 0, emitted.stderr
     log = tmp_path / "work.log"
     with log.open("w") as out:
         worker = subprocess.Popen(
-            [*cli, "work", "--poll", "0.1"], cwd=ROOT, env=env, stdout=out, stderr=out
+            [*CLI, "work", "--poll", "0.1", *flags], cwd=ROOT, env=env, stdout=out, stderr=out
         )
+    return home, env, log, worker
+
+
+def test_a_workers_stop_says_which_turns_it_waits_for_and_a_second_one_stops_them(
+    tmp_path: Path,
+) -> None:
+    """`autoloop work` said "stopped" at SIGTERM and went on until the agent's timeout,
+    deaf to a second signal; it now stops as serve does."""
+    home, env, log, worker = slow_turn_in_a_worker(tmp_path)
     try:
         agent = home / "turns" / "t1"
         wait_for("the agent", lambda: leftover_processes(agent))
@@ -261,7 +271,7 @@ def test_a_workers_stop_says_which_turns_it_waits_for_and_a_second_one_stops_the
         # Its end is recorded: the next start runs it again at once, not once its claim
         # lapsed (the rule's timeout_s and two minutes later).
         status = subprocess.run(
-            [*cli, "status", "--json"],
+            [*CLI, "status", "--json"],
             cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=True,
         )  # fmt: skip
         (t1,) = [t for t in json.loads(status.stdout)["turns"] if t["id"] == "t1"]
@@ -274,26 +284,7 @@ def test_a_workers_stop_says_which_turns_it_waits_for_and_a_second_one_stops_the
 def test_a_stop_with_stop_wait_stops_the_turns_itself_in_time(tmp_path: Path) -> None:
     """Under systemd or Docker no second signal comes: their stop timeout killed the
     process, and its turns stayed "running" until their claims lapsed."""
-    home = tmp_path / "home"
-    sleeper = [sys.executable, "-c", "import time; time.sleep(120)"]
-    doc = {
-        "agents": {"slow": {"use": "command", "command": sleeper}},
-        "rules": [{"name": "r", "on": {"source": "local", "type": "t.*"}, "agent": "slow"}],
-    }
-    init_home(home, rules_text=json.dumps(doc))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOLOOP_")}
-    env["AUTOLOOP_HOME"] = str(home)
-    cli = [sys.executable, "-m", "ghapp.commands.cli"]
-    subprocess.run(
-        [*cli, "emit", "local", "t.x", "s", "--id", "1"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=True,
-    )  # fmt: skip
-    log = tmp_path / "work.log"
-    with log.open("w") as out:
-        worker = subprocess.Popen(
-            [*cli, "work", "--poll", "0.1", "--stop-wait", "1"],
-            cwd=ROOT, env=env, stdout=out, stderr=out,
-        )  # fmt: skip
+    home, _, log, worker = slow_turn_in_a_worker(tmp_path, "--stop-wait", "1")
     try:
         agent = home / "turns" / "t1"
         wait_for("the agent", lambda: leftover_processes(agent))

@@ -393,17 +393,35 @@ def test_a_label_from_someone_who_cannot_merge_starts_nothing(runner: Runner) ->
     assert len([c for c in r.comments(number) if "autoloop:refused=" in c["body"]]) == 1
 
 
-def test_a_failed_deployment_is_a_card_answered_on_the_pull_request(runner: Runner) -> None:
-    r = runner
+def pull_comment(r: Runner, login: str, number: int, text: str) -> dict[str, Any]:
+    """``login`` comments ``text`` on pull request ``number``: the event's payload."""
+    said = r.gh.world.comment(login, number, text)
+    payload = r.comment_created(number, said)
+    payload["issue"]["pull_request"] = {"url": f"{r.gh.api_url}/pulls/{number}"}
+    return payload
+
+
+def blocked_on_a_failed_deployment(
+    r: Runner, home: dict[str, str], *, first_run_id: int
+) -> tuple[int, Ran]:
+    """A pull request labelled, its checks passed and merged, its deployment failed: the
+    delivery blocked on card d1, in three runs from ``first_run_id``."""
     number, head = prepare(r, matches=1)
     r.gh.world.set_deploy(delay=0.2, result="failure")
     r.gh.world.add_label("maintainer", number, "deliver")
-    home = {"AUTOLOOP_MODE": "deliver"}
-    ok(r.run("pull_request", r.pull_labeled(number, "deliver", "maintainer"), run_id=8401, **home))
+    labelled = r.pull_labeled(number, "deliver", "maintainer")
+    ok(r.run("pull_request", labelled, run_id=first_run_id, **home))
     ci_passes(r, head)
-    ok(r.run("check_suite", r.check_suite_completed(number), run_id=8402, **home))
+    ok(r.run("check_suite", r.check_suite_completed(number), run_id=first_run_id + 1, **home))
     assert r.gh.world.settle()
-    blocked = ok(r.run("deployment_status", r.deployment_status(), run_id=8403, **home))
+    blocked = ok(r.run("deployment_status", r.deployment_status(), run_id=first_run_id + 2, **home))
+    return number, blocked
+
+
+def test_a_failed_deployment_is_a_card_answered_on_the_pull_request(runner: Runner) -> None:
+    r = runner
+    home = {"AUTOLOOP_MODE": "deliver"}
+    number, blocked = blocked_on_a_failed_deployment(r, home, first_run_id=8401)
     assert blocked.outputs == {"turns": "0", "cards": "1", "stage": "blocked"}
     assert "`d1` (`/answer d1 N` on the pull request)" in blocked.summary
     (comment,) = sticky(r, number)
@@ -412,9 +430,7 @@ def test_a_failed_deployment_is_a_card_answered_on_the_pull_request(runner: Runn
     # A reader's answer is refused with one reply; a maintainer's is taken, each by the
     # run its comment starts, in a home of its own.
     for login, run_id in (("reader", 8404), ("maintainer", 8405)):
-        said = r.gh.world.comment(login, number, "/answer d1 2")
-        payload = r.comment_created(number, said)
-        payload["issue"]["pull_request"] = {"url": f"{r.gh.api_url}/pulls/{number}"}
+        payload = pull_comment(r, login, number, "/answer d1 2")
         answered = ok(
             r.run("issue_comment", payload, run_id=run_id, AUTOLOOP_HOME=str(r.tmp / login), **home)
         )
@@ -434,21 +450,12 @@ def test_a_wrong_delivery_answer_gets_one_reply_and_the_rules_desk_leaves_it_alo
     got a reply saying it was no answer while the delivery took it; an answer naming
     another card, or no number, got nothing at all."""
     r = runner
-    number, head = prepare(r, matches=1)
-    r.gh.world.set_deploy(delay=0.2, result="failure")
-    r.gh.world.add_label("maintainer", number, "deliver")
     home = {"AUTOLOOP_MODE": "auto"}
-    ok(r.run("pull_request", r.pull_labeled(number, "deliver", "maintainer"), run_id=8411, **home))
-    ci_passes(r, head)
-    ok(r.run("check_suite", r.check_suite_completed(number), run_id=8412, **home))
-    assert r.gh.world.settle()
-    blocked = ok(r.run("deployment_status", r.deployment_status(), run_id=8413, **home))
+    number, blocked = blocked_on_a_failed_deployment(r, home, first_run_id=8411)
     assert blocked.outputs["stage"] == "blocked"
 
     def say(text: str, run_id: int) -> Ran:
-        said = r.gh.world.comment("maintainer", number, text)
-        payload = r.comment_created(number, said)
-        payload["issue"]["pull_request"] = {"url": f"{r.gh.api_url}/pulls/{number}"}
+        payload = pull_comment(r, "maintainer", number, text)
         return ok(r.run("issue_comment", payload, run_id=run_id, **home))
 
     def replies() -> list[str]:

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from ghapp.commands.home import Home
+from ghapp.runtime.turns import alive
 from kernel import inputs as k
 from kernel.records import Action
 from tests import paths
@@ -567,15 +568,6 @@ print("```")
 """
 
 
-def running(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, ended and waiting for its parent, does not)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 def test_a_child_the_agent_left_in_a_session_of_its_own_is_stopped_with_the_turn(
     cli: Cli,
 ) -> None:
@@ -597,7 +589,7 @@ def test_a_child_the_agent_left_in_a_session_of_its_own_is_stopped_with_the_turn
     assert time.monotonic() - started < 30
     pid = int(pid_file.read_text())
     try:
-        assert not running(pid), "the child still runs"
+        assert not alive(pid), "the child still runs"
         assert f"stopped 1 process(es) its agent left running (pids {pid})" in drained.stderr
     finally:
         with contextlib.suppress(ProcessLookupError):
@@ -623,7 +615,10 @@ def as_a_user() -> list[str]:
     if os.getuid() != 0:
         return []
     if shutil.which("setpriv") is None:
-        pytest.skip("running as root without setpriv: no ordinary user to be")
+        pytest.skip(
+            "root reads every process's environment, so the test runs the hub as another "
+            "user, and setpriv (util-linux), which switches to one, is not installed"
+        )
     return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 
 
@@ -635,7 +630,10 @@ def python_for(user: list[str]) -> str:
         done = subprocess.run([*user, candidate, "-c", "0"], capture_output=True, check=False)
         if done.returncode == 0:
             return candidate
-    pytest.skip("no Python an ordinary user may run")
+    pytest.skip(
+        "no Python the other user may run (this one lives where only root can read, and "
+        "there is no /usr/bin/python3)"
+    )
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and prctl: Linux")

@@ -431,6 +431,16 @@ def pg() -> Iterator[str]:
         yield url
 
 
+def start(home: Path, pg: str) -> list[str]:
+    """What ``autoloop serve`` would say at start on ``home``, replica of the ledger ``pg``."""
+    env = local_env(home, pg)
+    ctx = Home.open(env=env, home=home)
+    try:
+        return build(ctx, Settings.from_env(env), connect_github=False).notes
+    finally:
+        ctx.store.close()
+
+
 @pytest.mark.pg
 def test_replicas_with_different_master_keys_are_told_at_start_and_by_doctor(
     pg: str, tmp_path: Path
@@ -440,22 +450,14 @@ def test_replicas_with_different_master_keys_are_told_at_start_and_by_doctor(
     rules = {"agents": {"demo": {"use": "demo"}}, "rules": []}
     first, second = (make_home(tmp_path / name, rules) for name in ("a", "b"))
 
-    def start(home: Path) -> list[str]:
-        env = local_env(home, pg)
-        ctx = Home.open(env=env, home=home)
-        try:
-            return build(ctx, Settings.from_env(env), connect_github=False).notes
-        finally:
-            ctx.store.close()
-
-    assert not [n for n in start(first) if "master.key" in n]
-    (said,) = [n for n in start(second) if "master.key" in n]
+    assert not [n for n in start(first, pg) if "master.key" in n]
+    (said,) = [n for n in start(second, pg) if "master.key" in n]
     assert said.startswith("this home's master.key is not the one the server of this ledger")
     status, detail = ledger_row(doctor(local_env(first, pg))[1])
     assert status == "warn" and "give every server the same master.key" in detail
     shutil.copyfile(first / "master.key", second / "master.key")
-    assert [n for n in start(second) if "master.key" in n]  # said once, for the last key
-    assert not [n for n in start(second) if "master.key" in n]
+    assert [n for n in start(second, pg) if "master.key" in n]  # said once, for the last key
+    assert not [n for n in start(second, pg) if "master.key" in n]
     assert ledger_row(doctor(local_env(first, pg))[1])[0] == "ok"
 
 
@@ -565,22 +567,14 @@ def test_replicas_with_different_rules_are_told_at_start_and_by_doctor(
     second = make_home(tmp_path / "b", {**rules, "max_hops": 3})
     shutil.copyfile(first / "master.key", second / "master.key")  # (only the rules differ)
 
-    def start(home: Path) -> list[str]:
-        env = local_env(home, pg)
-        ctx = Home.open(env=env, home=home)
-        try:
-            return build(ctx, Settings.from_env(env), connect_github=False).notes
-        finally:
-            ctx.store.close()
-
-    assert not [n for n in start(first) if "rules" in n]
-    (said,) = [n for n in start(second) if "this home's rules" in n]
+    assert not [n for n in start(first, pg) if "rules" in n]
+    (said,) = [n for n in start(second, pg) if "this home's rules" in n]
     assert "each replica decides by its own rules.json" in said
     status, detail = ledger_row(doctor(local_env(first, pg))[1])
     assert status == "warn" and "give every replica the same file" in detail
     shutil.copyfile(first / "rules.json", second / "rules.json")
-    assert [n for n in start(second) if "this home's rules" in n]  # said once, for the last
-    assert not [n for n in start(second) if "this home's rules" in n]
+    assert [n for n in start(second, pg) if "this home's rules" in n]  # said once, for the last
+    assert not [n for n in start(second, pg) if "this home's rules" in n]
     assert ledger_row(doctor(local_env(first, pg))[1])[0] == "ok"
     # a worker of the ledger says it too
     (second / "rules.json").write_text(json.dumps({**rules, "max_hops": 4}))
