@@ -133,6 +133,14 @@ def ledger_check(db: str, home: Path | None = None) -> Check:
     damage = sqlite_damage(path)
     if damage is not None:
         return Check("ledger", FAIL, f"{path} is damaged ({damage}): restore it from a backup")
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077:
+        return Check(
+            "ledger",
+            WARN,
+            f"{path} can be read by other users (mode {mode:o}), and it holds the events' "
+            f"text: chmod 600 {path}*",
+        )
     return Check("ledger", OK, f"{path} ({path.stat().st_size} bytes, intact)")
 
 

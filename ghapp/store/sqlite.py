@@ -89,6 +89,17 @@ def sqlite_file(url: str) -> Path | None:
     return None if path in ("", ":memory:") else Path(path)
 
 
+def _create_private(path: Path) -> None:
+    """Create a new ledger file readable by its owner alone (SQLite gives its log and
+    shared-memory files the mode of the database): events hold issue text and names
+    that the home's other files keep private. An existing file is left as it is
+    (``autoloop doctor`` says when it is open to others)."""
+    if str(path) in ("", ":memory:") or path.exists():
+        return
+    with contextlib.suppress(FileExistsError):  # another process made it first
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+
+
 def _split_url(url: str) -> tuple[str, bool | None]:
     """The file path of a ``sqlite:`` URL and its ``sync`` query (None when absent)."""
     path = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else url
@@ -127,6 +138,7 @@ class SqliteStore:
         self.path = Path(path)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            _create_private(self.path)
             self._conn = sqlite3.connect(
                 str(self.path), timeout=timeout_s, isolation_level=None, check_same_thread=False
             )

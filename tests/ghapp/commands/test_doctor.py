@@ -300,6 +300,36 @@ def test_a_master_key_other_users_can_read_is_a_warning(tmp_path: Path) -> None:
     assert status_of(report, "master.key") == "ok"
 
 
+def test_a_new_ledger_is_private_and_one_others_can_read_is_a_warning(tmp_path: Path) -> None:
+    """The ledger holds the events' text (issue bodies, names): it was created with the
+    umask's mode (0644), its log and shared-memory files too."""
+    home = make_home(tmp_path, {"agents": {"demo": {"use": "demo"}}, "rules": []})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOLOOP_")}
+    env["AUTOLOOP_HOME"] = str(home)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ghapp.commands.cli", "emit", "local", "ping", "x", "--id", "e1"],
+        check=False,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    ledger = home / "ledger.db"
+    made = sorted(p.name for p in home.iterdir() if p.name.startswith("ledger.db"))
+    assert made and made[0] == "ledger.db"
+    for name in made:
+        assert (home / name).stat().st_mode & 0o777 == 0o600, name
+    _, report, _ = doctor(env)
+    assert status_of(report, "ledger") == "ok"
+    ledger.chmod(0o644)
+    _, report, _ = doctor(env)
+    (row,) = [c for c in report["checks"] if c["check"] == "ledger"]
+    assert row["status"] == "warn"
+    assert "mode 644" in row["detail"] and f"chmod 600 {ledger}*" in row["detail"]
+
+
 def test_a_secret_too_short_to_be_masked_is_a_warning_in_doctor_and_drain(
     tmp_path: Path,
 ) -> None:
