@@ -8,6 +8,7 @@ worker loop all go through it.
 from __future__ import annotations
 
 import errno
+import hashlib
 import logging
 import math
 import threading
@@ -101,6 +102,17 @@ def _secret_key(name: str) -> bool:
 _PLAIN = (int, float, bool, type(None))
 
 
+def masked_key(redact: Redact, value: str) -> str:
+    """``value``, a key of the ledger (an event's id, a matter), as it may be stored: as it
+    is when it holds no secret, else masked and followed by the first 16 hex digits of
+    its SHA-256, so that a key the masks would make equal to another stays apart from it
+    and the same key sent again is still found a duplicate."""
+    shown = redact(value)
+    if shown == value:
+        return value
+    return f"{shown}~{hashlib.sha256(value.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}"
+
+
 class RedactingLedger(Ledger):
     """The ledger as the hub uses it: text from outside is redacted before it is stored.
 
@@ -108,10 +120,12 @@ class RedactingLedger(Ledger):
     CLI, the HTTP ingest queue, the worker): an event's subject, summary, link and
     details; an agent's final message and error; a write-back's result and error; an
     owner notice. Ids, sources and types are kept as they are, so that deduplication and
-    routing do not change. A NUL character in a subject becomes U+FFFD, which every
-    ledger can store (a subject is part of a matter's id). A comment body the hub will
-    post for an agent is masked too: a secret posted where people read it is worse than a
-    masked word in a comment.
+    routing do not change, unless a secret hides in an id or a matter: then the masked text
+    with a digest of the original is stored (:func:`masked_key`: the same id gives the
+    same key, two ids the masks would make equal stay two). A NUL character in a subject
+    becomes U+FFFD, which every ledger can store (a subject is part of a matter's id). A
+    comment body the hub will post for an agent is masked too: a secret posted where
+    people read it is worse than a masked word in a comment.
     """
 
     def __init__(
@@ -131,7 +145,7 @@ class RedactingLedger(Ledger):
             return k.Ingest(
                 event=Event(
                     source=ev.source,
-                    id=ev.id,
+                    id=masked_key(r, ev.id),
                     type=ev.type,
                     # a subject is part of a matter's id, a key of the ledger: PostgreSQL
                     # refuses NUL characters in keys (SQLite would take them)
@@ -140,7 +154,7 @@ class RedactingLedger(Ledger):
                     link=r(ev.link),
                     hops=ev.hops,
                     details=scrub(dict(ev.details), r),
-                    matter=ev.matter,
+                    matter=masked_key(r, ev.matter) if ev.matter else ev.matter,
                 ),
                 ignore=inp.ignore,
                 content_key=inp.content_key,

@@ -435,6 +435,17 @@ def test_the_hubs_cleaning_keeps_every_field_of_an_ingest_and_masks_the_texts() 
     assert out.content_key == "github:ab"  # a key, not text: kept as it is
     for name in ("source", "id", "type", "hops", "matter"):
         assert getattr(out.event, name) == values[name]
+    # a secret in a key (the id, the matter) is masked too, and keys stay apart
+    other = "ghp_" + "Z9y8X7w6V5u4T3s2R1q0P9o8N7m6L5k4J3i2"
+    keyed = [
+        ledger.clean(k.Ingest(event=Event(**{**values, "id": f"run-{t}", "matter": f"m/{t}"})))
+        for t in (token, other, token)
+    ]
+    ids = [e.event.id for e in keyed if isinstance(e, k.Ingest)]
+    matters = [e.event.matter for e in keyed if isinstance(e, k.Ingest)]
+    assert all(token not in v and other not in v for v in ids + matters)
+    assert all(v.startswith(("run-[REDACTED", "m/[REDACTED")) for v in ids + matters)
+    assert ids[0] == ids[2] != ids[1] and matters[0] == matters[2] != matters[1]
     texts = [out.event.subject, out.event.summary, out.event.link, out.event.details["body"]]
     assert all(token not in t for t in texts) and all(t for t in texts)
     assert out.event.subject.startswith("o/r#1 ")
