@@ -25,7 +25,14 @@ from ghapp.runtime.ledger import Ledger, Outcome
 from ghapp.runtime.outbox import Outbox
 from ghapp.runtime.redact import is_maskable, is_secret_key, mask, masked_with_escapes
 from ghapp.runtime.rules_file import real_clock
-from ghapp.runtime.turns import PreparedTurn, prepare, run_agent, stop_leftovers
+from ghapp.runtime.turns import (
+    PreparedTurn,
+    abandoned,
+    hold,
+    prepare,
+    run_agent,
+    stop_leftovers,
+)
 from ghapp.store.base import Store
 from kernel import facts as f
 from kernel import inputs as k
@@ -339,6 +346,29 @@ class Hub:
         """
         return stop_leftovers(self.home / "turns" / turn_id)
 
+    def take_back(self) -> list[str]:
+        """End the running turns whose worker process on this host is gone (killed with
+        SIGKILL, or the machine lost power), as failed, so that they run again now, as
+        their rules' retries allow, and not when their claims lapse (the rule's timeout_s
+        plus the lease margin later). Whatever still runs for them is stopped first.
+        For a worker when it starts, and for a drain."""
+        with self.store.read() as tx:
+            running = [t for t in tx.query("turn", states=["running"]) if isinstance(t, Turn)]
+        taken: list[str] = []
+        for t in running:
+            why = abandoned(self.home / "turns" / t.id)
+            if not why:
+                continue
+            self.stop_orphans(t.id)
+            error = f"{why}; taken back by a worker started on this host"
+            outcome = k.AgentOutcome(started=True, ok=False, error=error)
+            out = self.ledger.decide(k.Finish(turn=t.id, fence=t.fence, outcome=outcome))
+            self._after(out)
+            if out.reply.ok:
+                log.warning("turn %s taken back: %s", t.id, why)
+                taken.append(t.id)
+        return taken
+
     def run(self, turn: Turn, *, heartbeat_every_s: float = HEARTBEAT_EVERY_S) -> Outcome:
         rules = self.rules()
         rule = rules.rule(turn.rule)
@@ -384,6 +414,7 @@ class Hub:
                     redact=self.redact,
                     open_cards=waiting,
                 )
+                hold(prepared.folder)
             except Exception as exc:  # e.g. a full disk, or turns/ is not a folder
                 # The agent never ran: the turn ends failed (and is retried, in a fresh
                 # session, as far as the rule allows), so its matter is not blocked.
@@ -447,6 +478,7 @@ class Hub:
     def drain(self, *, worker: str = "local", max_turns: int = 1000) -> DrainReport:
         """Run hub and worker here until nothing is runnable now."""
         report = DrainReport()
+        self.take_back()
         self.sweep_cards()
         self.sweep_actions()
         while len(report.turns) < max_turns:

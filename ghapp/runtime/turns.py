@@ -2,7 +2,8 @@
 
 The turn folder ``$AUTOLOOP_HOME/turns/<turn>/`` holds ``context.json`` (identifiers
 only), ``data/event-<seq>.json`` (each event's full record, untrusted), the agent's
-``report.json`` and the redacted ``output.log``.
+``report.json``, the redacted ``output.log`` and ``worker.json`` (which process runs the
+turn: a worker started after that one was killed takes the turn back at once).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -274,3 +276,45 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+HOLDER_FILE = "worker.json"  # in a turn's folder: the process that runs it
+
+
+def _process_mark(pid: int) -> str | None:
+    """What tells this process ``pid`` from a later one given the same number: the boot
+    and the process's start time (Linux); None where that cannot be read."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    return f"{boot}:{fields[19]}" if len(fields) > 19 else None
+
+
+def hold(folder: Path) -> None:
+    """Write which process runs the turn of ``folder`` (its host, pid and mark), so that
+    a worker started on this host after this one was killed takes the turn back at once
+    rather than when its claim lapses (:func:`abandoned`)."""
+    pid = os.getpid()
+    record = {"host": socket.gethostname(), "pid": pid, "mark": _process_mark(pid)}
+    (folder / HOLDER_FILE).write_text(json.dumps(record))
+
+
+def abandoned(folder: Path) -> str:
+    """Why the turn of ``folder`` runs in no process any more ("" when it may still run,
+    or when that cannot be known here: a turn of another host, a folder without
+    :data:`HOLDER_FILE`)."""
+    try:
+        record = json.loads((folder / HOLDER_FILE).read_text())
+        host, pid, mark = str(record["host"]), int(record["pid"]), record.get("mark")
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
+    # Without a mark (no /proc) nothing here can tell; a restarted container's process
+    # may have the same pid (1) as the one killed, but not its start time.
+    if host != socket.gethostname() or mark is None:
+        return ""
+    if alive(pid) and _process_mark(pid) == mark:
+        return ""
+    return f"the worker process that ran it (pid {pid}) ended before the turn did"

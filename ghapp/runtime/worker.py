@@ -20,7 +20,10 @@ kills every process on this host still carrying the old turn's ``AUTOLOOP_TURN_D
 (its whole process group), and waits until it is gone; the retry never runs beside its
 orphan on the same host. An orphan on *another* host (workers on several machines) is
 not reachable from here: it runs until its own end, and whatever receipt it might send
-is refused (its fence is old). If the heartbeat itself is refused (this worker lost its
+is refused (its fence is old). A worker that starts on the host where one was killed
+does not wait for the lapse: the turns whose worker process is gone (``worker.json`` in
+the turn folder) end failed at once, their leftovers stopped, and run again as the
+rule's retries allow. If the heartbeat itself is refused (this worker lost its
 claim, e.g. after a long pause), the worker kills its own agent at once.
 """
 
@@ -153,6 +156,7 @@ class WorkerLoop:
                 if not swept:
                     # In the loop, not before it: a failure here (a dropped connection, a
                     # damaged ledger) ended the thread, and the server ran with no worker.
+                    self.hub.take_back()
                     self.hub.sweep_cards()
                     self.hub.sweep_actions()
                     swept = True

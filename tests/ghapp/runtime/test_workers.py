@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from ghapp.commands.home import Home as OpenedHome
-from ghapp.runtime.turns import prepare, run_agent
+from ghapp.runtime.turns import HOLDER_FILE, abandoned, hold, prepare, run_agent
 from kernel import inputs as k
 from kernel.records import Turn
 from kernel.rules import parse_rules
@@ -137,6 +137,10 @@ def test_a_killed_workers_turn_is_claimed_again_after_its_lease_and_the_orphan_i
     assert all(alive(p) for p in orphans)
     (t1,) = home.status()["turns"]
     assert (t1["state"], t1["worker"]) == ("running", "a")
+    # As if the killed worker had run on another host (sharing this ledger and folder):
+    # nothing here can tell it is gone, and its claim lapses.
+    holder = home.home / "turns" / t1["id"] / "worker.json"
+    holder.write_text(json.dumps({**json.loads(holder.read_text()), "host": "another-host"}))
 
     workers.start("a")
     turns = wait_for("the re-claimed turn to finish", lambda: turns_done(home, 2))
@@ -183,6 +187,46 @@ def test_a_killed_workers_turn_is_claimed_again_after_its_lease_and_the_orphan_i
     ctx.store.close()
 
 
+def test_a_worker_started_where_one_was_killed_takes_its_turn_back_at_once(
+    home: Home, workers: Workers
+) -> None:
+    """After ``kill -9`` of a worker, its turns stayed running until their claims lapsed
+    (the rule's timeout_s plus two minutes): the next worker on the same host knows the
+    process is gone, stops its agent and runs the turn again at once."""
+    log = home.root / "agent.log"
+    hung = home.root / "hung.pids"
+    home.rules(
+        {
+            "agents": {"slow": agent("a", log, "--hang-once", str(hung))},
+            "rules": [{"name": "r", "on": {"type": ["ping"]}, "agent": "slow", "timeout_s": 900}],
+        }
+    )
+    first = workers.start("a")
+    home.emit("ping", "acme/web#1", "e1")
+    wait_for("the agent to hang", lambda: hung.exists() and hung.read_text().strip())
+    orphans = [int(p) for p in hung.read_text().split()]
+    workers.cleanup.append(orphans[0])
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=10)
+    (t1,) = home.status()["turns"]
+    assert t1["state"] == "running" and all(alive(p) for p in orphans)
+
+    began = time.monotonic()
+    workers.start("a")
+    turns = wait_for("the turn taken back and run again", lambda: turns_done(home, 2))
+    assert time.monotonic() - began < 60  # its claim had 900 s and more to run
+    first_turn, retry = turns[:2]
+    assert (first_turn["id"], first_turn["outcome"]) == (t1["id"], "failed")
+    assert (retry["kind"], retry["outcome"], retry["events"]) == ("retry", "ok", t1["events"])
+    assert wait_gone(orphans, within_s=1) == []
+    runs = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [r["turn"] for r in runs] == [t1["id"], retry["id"]]
+    assert runs[1]["earlier_alive"] == []  # the retry never ran beside the orphan
+    why = home.json("why", t1["id"])
+    assert f"(pid {first.pid}) ended before the turn did" in why["error"]
+    assert "taken back by a worker started on this host" in why["error"]
+
+
 def test_the_lease_margin_setting_rejects_nonsense(home: Home) -> None:
     home.rules({"agents": {}, "rules": []})
     proc = home.run("work", "--name", "a", ok=False, AUTOLOOP_LEASE_MARGIN_S="soon")
@@ -213,3 +257,41 @@ def test_a_worker_that_lost_its_claim_stops_its_own_agent(tmp_path: Path) -> Non
     assert len(beats) == 1 and took < 20, took  # not the 120 s timeout, nor the 300 s sleep
     assert not outcome.ok and not outcome.timed_out
     assert wait_gone([int(p) for p in hung.read_text().split()], within_s=3) == []
+
+
+def test_whether_a_turns_process_is_gone_is_told_by_pid_and_start_time(tmp_path: Path) -> None:
+    """``worker.json`` names the process running a turn; a live one (this, or another),
+    one on another host and one without a start time are never taken for gone; a dead
+    one, or another process given the same pid (pid 1 in a restarted container), are."""
+    folder = tmp_path / "turn"
+    folder.mkdir()
+    assert abandoned(folder) == ""  # no worker.json: a turn of a worker from before
+    hold(folder)
+    assert abandoned(folder) == ""
+    script = "import pathlib, sys, time; from ghapp.runtime.turns import hold; "
+    script += "hold(pathlib.Path(sys.argv[1])); print('held', flush=True); time.sleep(30)"
+    other = subprocess.Popen(
+        [sys.executable, "-c", script, str(folder)], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert other.stdout is not None and other.stdout.readline().strip() == "held"
+        assert abandoned(folder) == ""
+    finally:
+        other.kill()
+        other.wait()
+        if other.stdout is not None:
+            other.stdout.close()
+    assert (
+        abandoned(folder)
+        == f"the worker process that ran it (pid {other.pid}) ended before the turn did"
+    )
+    record = json.loads((folder / HOLDER_FILE).read_text())
+    for changed, gone in (
+        ({"pid": os.getpid()}, True),  # the pid is alive, but it is another process
+        ({"host": "another-host"}, False),
+        ({"mark": None}, False),
+    ):
+        (folder / HOLDER_FILE).write_text(json.dumps({**record, **changed}))
+        assert bool(abandoned(folder)) is gone, changed
+    (folder / HOLDER_FILE).write_text("{not json")
+    assert abandoned(folder) == ""
