@@ -45,9 +45,8 @@ from functools import partial
 
 from ghapp.github.client import WRITERS, GitHubClient
 from ghapp.github.deliveries import pipeline_subject
-from ghapp.github.errors import AmbiguousWrite
 from ghapp.github.executor import Target, find_marked, marker, subject_target
-from ghapp.github.writes import defuse
+from ghapp.github.writes import defuse, say_once
 from ghapp.runtime.hub import Hub
 from kernel.durations import iso
 from kernel.model import Event
@@ -276,14 +275,7 @@ class AnswerDesk:
         t, mark = req.target, self._mark(req)
         written = _code(req.written) if req.choice == 0 else f"/answer {req.card} {req.choice}"
         text = f"{mark}\n@{req.login}: your `{written}` was not taken: {why}"
-        comments = self.client.list_issue_comments(t.repo, t.number)
-        if find_marked(comments, mark, self.bot_login) is None:
-            try:
-                self.client.create_comment(t.repo, t.number, text)
-            except AmbiguousWrite:
-                comments = self.client.list_issue_comments(t.repo, t.number)
-                if find_marked(comments, mark, self.bot_login) is None:
-                    raise
+        say_once(self.client, self.bot_login, t, mark, text)
         return "replied"
 
     # -- the sweep ---------------------------------------------------------------------

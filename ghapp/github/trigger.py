@@ -17,7 +17,7 @@ from datetime import datetime
 
 from ghapp.github.client import WRITERS, GitHubClient
 from ghapp.github.errors import GitHubError
-from ghapp.github.writes import Target, find_marked, marker
+from ghapp.github.writes import Target, marker, say_once
 
 __all__ = ["added_after", "refused_label", "say_refused"]
 
@@ -72,7 +72,6 @@ def say_refused(
         f"delivery: {why}.{then}"
     )
     try:
-        if find_marked(client.list_issue_comments(t.repo, t.number), mark, bot_login) is None:
-            client.create_comment(t.repo, t.number, text)
+        say_once(client, bot_login, t, mark, text)
     except GitHubError as exc:  # the refusal stands; only its reply is missing
         log.warning("delivery %s: the refusal could not be said on GitHub: %s", t, exc)

@@ -10,10 +10,12 @@ never pass for one.
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ghapp.github.errors import AmbiguousWrite
 from ghapp.github.names import REPO, REPO_NAME
 from plugins.protocols import ActionFailed
 
@@ -24,6 +26,7 @@ __all__ = [
     "find_marked",
     "login_of",
     "marker",
+    "say_once",
     "subject_target",
     "target_of",
     "thread_mentions",
@@ -106,6 +109,43 @@ def find_marked(items: Iterable[Mapping[str, Any]], mark: str, bot_login: str) -
         if mine and isinstance(body, str) and mark in body:
             return dict(item)
     return None
+
+
+class _Comments(Protocol):
+    def list_issue_comments(self, repo: str, number: int) -> list[JSON]: ...
+
+    def create_comment(self, repo: str, number: int, body: str) -> JSON: ...
+
+    def update_comment(self, repo: str, comment_id: int, body: str) -> JSON: ...
+
+
+# Finding then creating is two calls: the webhook's handler and a sweep of the same
+# process (a thread each) both found none and both replied. One lock per target here;
+# across processes, the newer of two comments made at once points to the older.
+_SAYING = [threading.Lock() for _ in range(64)]
+
+
+def say_once(client: _Comments, bot_login: str, t: Target, mark: str, text: str) -> JSON:
+    """The comment of ours on ``t`` holding ``mark`` (``text`` starting with it): the one
+    found, else the one made now. A comment another process made at the same time
+    (older than ours) is kept, and ours says where it is instead."""
+    with _SAYING[hash((t.repo.lower(), t.number, mark)) % len(_SAYING)]:
+        found = find_marked(client.list_issue_comments(t.repo, t.number), mark, bot_login)
+        if found is not None:
+            return found
+        try:
+            made = client.create_comment(t.repo, t.number, text)
+        except AmbiguousWrite:  # made or not: GitHub says
+            found = find_marked(client.list_issue_comments(t.repo, t.number), mark, bot_login)
+            if found is None:
+                raise
+            return found
+        first = find_marked(client.list_issue_comments(t.repo, t.number), mark, bot_login)
+        if first is None or int(first["id"]) >= int(made["id"]):
+            return dict(made)
+        where = first.get("html_url") or f"comment {first['id']}"
+        client.update_comment(t.repo, int(made["id"]), f"(Said in the comment above: {where}.)")
+        return first
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,9 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import httpx
 import pytest
@@ -15,6 +17,7 @@ from fakegithub.server import SandboxHandle, running_sandbox
 from ghapp.github import retry
 from ghapp.github.client import AmbiguousWrite, Conflict, GitHubClient, Unauthorized
 from ghapp.github.sansio import parse_webhook_headers, verify_signature
+from ghapp.github.writes import JSON, Target, marker, say_once
 from ghapp.runtime.settings import Settings
 from kernel.model import Event
 from plugins.sources.github import translate
@@ -320,3 +323,33 @@ def test_a_token_github_refuses_is_unauthorized(sandbox: SandboxHandle, waits: l
         pytest.raises(Unauthorized),
     ):
         gh.token_login()
+
+
+def test_a_reply_said_at_once_by_two_threads_or_two_processes_is_one_comment(
+    sandbox: SandboxHandle, gh: GitHubClient
+) -> None:
+    """The refusal of a label and the reply to an answer were found-or-created: a
+    webhook's handler and a sweep of the same process both found none and both wrote."""
+    number = sandbox.world.open_issue("reader", "Twice")
+    bot = f"{gh.get_app()['slug']}[bot]"
+    t, mark = Target(sandbox.repo, number), marker("refused", "deliver.reader")
+    text = f"{mark}\n@reader: refused."
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        said = list(pool.map(lambda _: say_once(gh, bot, t, mark, text), range(6)))
+    held = gh.list_issue_comments(t.repo, number)
+    assert len(held) == 1 and {s["id"] for s in said} == {held[0]["id"]}  # not even a pointer
+
+    class OtherProcessFirst:  # another process writes its comment after our look
+        def __getattr__(self, name: str) -> Any:
+            return getattr(gh, name)
+
+        def create_comment(self, repo: str, n: int, body: str) -> JSON:
+            gh.create_comment(repo, n, body)
+            return gh.create_comment(repo, n, body)
+
+    mark2 = marker("reply", "12345")
+    kept = say_once(OtherProcessFirst(), bot, t, mark2, f"{mark2}\n@reader: not taken.")
+    mine = gh.list_issue_comments(t.repo, number)
+    held = [c for c in mine if mark2 in c["body"]]
+    assert len(held) == 1 and kept["id"] == held[0]["id"]
+    assert mine[-1]["body"] == f"(Said in the comment above: {held[0]['html_url']}.)"
