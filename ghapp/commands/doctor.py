@@ -130,7 +130,9 @@ def ledger_check(db: str, home: Path | None = None) -> Check:
         return Check("ledger", WARN, f"{path} does not exist yet: the first event creates it")
     if not os.access(path, os.R_OK | os.W_OK):
         return Check("ledger", FAIL, f"{path} is not readable and writable by this user")
-    damage = sqlite_damage(path)
+    from ghapp.store.sqlite import file_damage  # noqa: PLC0415  # only here
+
+    damage = file_damage(path)
     if damage is not None:
         return Check("ledger", FAIL, f"{path} is damaged ({damage}): restore it from a backup")
     mode = stat.S_IMODE(path.stat().st_mode)
@@ -142,24 +144,6 @@ def ledger_check(db: str, home: Path | None = None) -> Check:
             f"text: chmod 600 {path}*",
         )
     return Check("ledger", OK, f"{path} ({path.stat().st_size} bytes, intact)")
-
-
-def sqlite_damage(path: Path) -> str | None:
-    """What SQLite finds wrong with the ledger file (its quick check, read only: nothing
-    is written, and a running server goes on writing meanwhile), or None."""
-    import sqlite3  # noqa: PLC0415  # only here
-
-    try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
-    except sqlite3.Error as exc:
-        return str(exc)
-    try:
-        found = [str(row[0]) for row in conn.execute("PRAGMA quick_check(3)")]
-    except sqlite3.Error as exc:
-        return str(exc)
-    finally:
-        conn.close()
-    return None if found == ["ok"] else "; ".join(found)[:300]
 
 
 def postgres_check(db: str, home: Path | None = None) -> Check:

@@ -40,7 +40,7 @@ from ghapp.runtime.logs import batch_lines
 from ghapp.runtime.settings import MIN_SECRET_CHARS, Settings, SettingsError, hmac_source
 from ghapp.runtime.worker import WorkerLoop, second_stop, wait_for_turns
 from ghapp.store.base import StoreError
-from ghapp.store.sqlite import SqliteStore, sqlite_file
+from ghapp.store.sqlite import SqliteStore, refuse_damaged, sqlite_file
 from ghapp.web.app import Server, create_app
 from ghapp.web.connections import (
     HEADER_TIMEOUT_S,
@@ -405,6 +405,7 @@ def main(argv: list[str]) -> int:
     port = sock.getsockname()[1]
     try:
         ctx = Home.open(env=dict(env), home=settings.home)
+        refuse_damaged(ctx.store)
         configure_logs(ctx)  # every log record redacted, until this function returns
         batch_lines(LOG_BATCH_S)  # a line per webhook: written together (see the handler)
         running = build(

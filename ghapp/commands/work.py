@@ -18,7 +18,7 @@ from ghapp.commands.argtypes import poll_seconds, stop_wait_seconds, turns_at_on
 from ghapp.commands.home import Home, configure_logs, home_from_env, require_home, reset_logs
 from ghapp.runtime.worker import WorkerLoop, second_stop, wait_for_turns
 from ghapp.store.base import StoreError
-from ghapp.store.sqlite import SqliteStore
+from ghapp.store.sqlite import SqliteStore, refuse_damaged
 from kernel.errors import ConfigError
 
 log = logging.getLogger("autoloop.worker")
@@ -73,6 +73,7 @@ def main(argv: list[str]) -> int:
         home = home_from_env(env)
         require_home(home, env)
         ctx = Home.open(env=env, home=home)
+        refuse_damaged(ctx.store)
         rules = ctx.rules()
         configure_logs(ctx)
         hub = ctx.hub()

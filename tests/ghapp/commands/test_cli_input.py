@@ -324,6 +324,36 @@ def test_a_damaged_ledger_is_one_line_and_doctor_finds_it(home: Home) -> None:
     assert "is damaged" in row["detail"] and "restore it from a backup" in row["detail"]
 
 
+def test_serve_and_work_refuse_a_ledger_damaged_where_a_write_does_not_reach(
+    home: Home, tmp_path: Path
+) -> None:
+    """Damage in pages no write touches: emit and serve went on writing into the file
+    without a word (doctor found it)."""
+    details = tmp_path / "d.json"
+    details.write_text(json.dumps({"text": "x" * 3000}))
+    for n in range(30):
+        home.run("emit", "local", "x", f"s{n}", "--id", str(n), "--details", str(details))
+    with contextlib.closing(sqlite3.connect(home.home / "ledger.db")) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    ledger = home.home / "ledger.db"
+    data = bytearray(ledger.read_bytes())
+    middle = len(data) // 2 // 4096 * 4096
+    data[middle + 100 : middle + 4000] = bytes(3900)
+    ledger.write_bytes(bytes(data))
+    for command in (["serve", "--port", "0"], ["work"]):
+        proc = subprocess.run(
+            [sys.executable, "-m", "ghapp.commands.cli", *command],
+            cwd=ROOT,
+            env=home.env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        line = refused(proc, f"autoloop {command[0]}:", f"the ledger at {ledger} is damaged")
+        assert "restore ledger.db from a backup" in line
+
+
 def test_a_lost_ledger_is_a_fail_row_of_doctor_as_every_command_refuses_it(home: Home) -> None:
     home.emit("x", "s", "1")
     drop_ledger(home)
