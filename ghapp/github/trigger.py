@@ -3,8 +3,10 @@
 A delivery label (``deliver``, ``deliver-review``) sets an agent to work and, for
 ``deliver``, ends in a merge. GitHub lets more people label than merge (the triage role,
 labelling automations, an App asked by an agent to add the label), so a label counts only
-when whoever added it could have merged: ``admin``, ``maintain`` or ``write``, asked of
-GitHub at that moment, as for a ``/answer``. Who added it is the labelled event's sender;
+when a person added it who could have merged: ``admin``, ``maintain`` or ``write``, asked
+of GitHub at that moment, as for a ``/answer``. A bot's label never counts (an account
+whose login ends in ``[bot]``: this App's own, which an agent's ``github.label`` write-back
+acts as, or another App's), whatever access it has. Who added it is the labelled event's sender;
 for a pull request found labelled later (a webhook lost, a run on another event), the
 last ``labeled`` event of the pull request's own history. A label that does not count gets
 one reply on the pull request saying why, and starts nothing.
@@ -46,6 +48,10 @@ def refused_label(client: GitHubClient, t: Target, label: str, sender: str) -> t
     login = sender or client.labeller(t.repo, t.number, label)
     if not login:
         return "", f"who added the `{label}` label cannot be read from GitHub"
+    if login.lower().endswith("[bot]"):
+        # An App's account: this App's own (an agent's write-back), or another's (a
+        # labelling automation). Both may have write access; neither is a person.
+        return login, "a bot's label starts nothing; only a person with write access can"
     permission = client.get_collaborator_permission(t.repo, login)
     if permission in WRITERS:
         return login, ""

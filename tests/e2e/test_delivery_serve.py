@@ -174,6 +174,28 @@ def test_a_label_from_someone_who_cannot_merge_starts_nothing(
         assert first["note"] == "label deliver added by maintainer"
 
 
+@pytest.mark.parametrize("whose", ["this app (an agent's write-back)", "another app"])
+def test_a_bots_label_starts_nothing_whatever_its_access(tmp_path: Path, whose: str) -> None:
+    """An agent's ``github.label`` write-back adds the label as this App, which may merge:
+    the webhook was dropped as the App's own doing, and the next sweep (or a restart)
+    carried the pull request to a merge. Another App with write access started one too."""
+    with sandbox() as gh, serving(gh, tmp_path / "home") as live:
+        prepare(gh)
+        app = gh.sandbox.app if whose.startswith("this") else gh.sandbox.ci_app
+        bot = f"{app.slug}[bot]"
+        number, head = open_pr(gh)
+        gh.world.add_label(bot, number, "deliver")
+        sweeper = next(x for x in live.running.extras if isinstance(x, Sweeper))
+        sweeper.sweep()
+        wait_for("the refusal", lambda: len(refusals(gh, number)) == 1)
+        (said,) = refusals(gh, number)
+        assert f"@{bot}: the `deliver` label did not start a delivery: a bot's label" in said
+        sweeper.sweep()
+        live.settle()
+        assert record(live, gh, number) is None and len(refusals(gh, number)) == 1
+        assert own(gh, "PUT", "/merge") == 0 and not own_runs(gh, head)
+
+
 def test_a_label_found_by_the_sweep_counts_by_who_added_it(tmp_path: Path) -> None:
     """A labelled event lost: the pull request is found labelled later, and who added the
     label is read from its history (not taken on trust)."""
