@@ -176,6 +176,10 @@ def checks(ctx: Ctx) -> Outcome:
     parts = []
     if verdict.failed:
         parts.append(f"a re-run or a push (failed: {names(verdict.failed)})")
+        # A failure waits for a person: its place in the merge line (kept through its
+        # branch update) would hold every delivery behind it until the checks' deadline.
+        # It queues again, at the back, once its checks pass.
+        ctx.set(queued_at="")
     if verdict.pending or verdict.missing:
         parts.append(f"required checks {names(verdict.pending + verdict.missing)}")
     ctx.wait("webhook", "; ".join(parts), deadline)

@@ -77,7 +77,8 @@ def merge(ctx: Ctx) -> Outcome:
         ctx.note = f"required checks changed: {names(verdict.failed + verdict.pending)}"
         return "checks_changed"
     if not pr.merge_queue_first:  # only the first in line updates, polls and merges
-        ctx.wait("line", f"its turn: another delivery on {pr.base_ref} merges first")
+        ahead = f" (#{pr.merge_queue_ahead})" if pr.merge_queue_ahead else ""
+        ctx.wait("line", f"its turn: another delivery{ahead} on {pr.base_ref} merges first")
         return "waiting"
     if readiness == "update":
         return readiness

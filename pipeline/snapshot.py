@@ -154,6 +154,7 @@ class PullSnapshot:
     deployments: tuple[Deployment, ...] = ()  # of the policy's environment, after the merge
     versions: tuple[VersionObservation, ...] = ()  # probe answers of this delivery
     merge_queue_first: bool = True  # first in line among deliveries waiting on this base
+    merge_queue_ahead: int = 0  # when not first: the number of the pull request first in line
     results: tuple[WriteResult, ...] = ()  # answers to this delivery's writes
     findings: ReviewFindings | None = None
     answer: CardAnswer | None = None

@@ -697,7 +697,13 @@ class Deliveries:
                 # Placed in the line by the base the snapshot shows (a first decision does
                 # not know its base before).
                 me = replace(g.delivery, base_ref=g.pr.base_ref)
-                pr = replace(g.pr, merge_queue_first=first_in_line(me, g.others))
+                first = first_in_line(me, g.others)
+                ahead = None if first else next_in_line(g.others, me.repo, me.base_ref)
+                pr = replace(
+                    g.pr,
+                    merge_queue_first=first,
+                    merge_queue_ahead=ahead.number if ahead is not None else 0,
+                )
                 step = decide(g.delivery, pr, g.policy, self.hub.clock())
                 merges = any(isinstance(e, Merge) for e in step.effects)
                 if merges and reread < MERGE_REREADS and self._generation(g.base) != g.generation:

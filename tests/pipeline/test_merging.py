@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -311,9 +312,10 @@ def test_only_the_first_in_line_updates_its_branch() -> None:
     """Several deliveries behind their base: the others wait their turn instead of each
     updating (and re-running its checks) after every merge on the base."""
     drive = Driver()
-    waiting = drive(snap(merge_queue_first=False, **BEHIND))
+    waiting = drive(snap(merge_queue_first=False, merge_queue_ahead=7, **BEHIND))
     assert of(waiting, UpdateBranch) == [] and waiting.delivery.stage == "merge"
     assert waiting.waiting is not None and waiting.waiting.on == "line"
+    assert "another delivery (#7) on main merges first" in waiting.waiting.what
     queued_at = waiting.delivery.queued_at
     assert queued_at  # it took its place in the line
     (update,) = of(drive(snap(merge_queue_first=True, **BEHIND), 1), UpdateBranch)
@@ -352,3 +354,23 @@ def test_a_new_push_gives_up_the_place_in_line() -> None:
     assert drive.delivery.queued_at
     pushed = drive(snap(head_sha=H2, head_parents=(H1,), check_runs=()), 1)
     assert pushed.delivery.queued_at == "" and pushed.line_freed
+
+
+def test_checks_that_fail_after_an_update_give_up_the_place_in_line() -> None:
+    """The checks of a delivery's updated branch failed: it waits for a person (a re-run,
+    a push), and every green delivery behind it on the base waited with it until its
+    checks' deadline (two hours by default). It queues again, at the back, once green."""
+    drive = Driver()
+    first = drive(snap(**BEHIND))
+    assert first.delivery.queued_at and first.delivery.stage == "update_branch"
+    updated: dict[str, Any] = {"head_sha": UPDATED, "head_parents": (H1, BASE)}
+    checking = drive(snap(**updated, check_runs=()), 1)
+    assert checking.delivery.queued_at and not checking.line_freed
+    failed = (run("build", "failure", head=UPDATED), *green("test", head=UPDATED))
+    red = drive(snap(**updated, check_runs=failed), 2)
+    assert red.delivery.stage == "checks" and red.line_freed
+    assert red.delivery.queued_at == ""
+    rerun = (run("build", "success", id=7, head=UPDATED), *green("test", head=UPDATED))
+    green_again = drive(snap(**updated, merge_queue_first=False, check_runs=rerun), 3)
+    assert green_again.delivery.stage == "merge" and of(green_again, Merge) == []
+    assert green_again.delivery.queued_at > first.delivery.queued_at  # at the back
