@@ -27,6 +27,12 @@ SLICE_SEEDS = range(1000, 1002)  # 10,000 steps in the test suite
 CI_SEEDS = range(1000, 1020)  # 100,000 steps: CI's simulation job, and --slow here
 CI_STEPS = 5_000
 
+# A merge whose answer is lost: the slice holds a handful of merges, and whether the
+# answer of one is lost varied from run to run (0 to 4 over seeds 1000-1007 in one hour,
+# 0 for 1000 and 1001 in every run of it), so the slice cannot promise it. CI's
+# simulation job (twenty seeds, 100,000 steps, --require-reached) requires it.
+SLICE_MAY_MISS = ("api response_lost of a merge",)
+
 _SUMMARIES: dict[int, SystemSummary] = {}  # each seed runs once, whichever test asks first
 
 
@@ -70,7 +76,7 @@ def test_every_fault_and_path_is_reached_over_the_slice(
     for s in summaries:
         reached.update(s.reached)
         checks.update(s.checks)
-    never = [name for name in MUST_REACH if reached[name] == 0]
+    never = [name for name in MUST_REACH if reached[name] == 0 and name not in SLICE_MAY_MISS]
     assert never == [], f"never reached over the slice: {never}"
     assert checks["github writes checked"] > 0 and checks["github comments checked"] > 0
     assert checks["routes consumed once"] > 0 and checks["check runs checked"] > 0
