@@ -126,11 +126,20 @@ class Delivery:
 
 
 def start(
-    *, repo: str, number: int, head_sha: str, mode: Mode, now: datetime, run: int = 1, by: str = ""
+    *,
+    repo: str,
+    number: int,
+    head_sha: str,
+    mode: Mode,
+    now: datetime,
+    run: int = 1,
+    by: str = "",
+    label: str = "",
 ) -> Delivery:
-    """A new delivery at ``review``; the shell calls :func:`~pipeline.machine.decide` next."""
+    """A new delivery at ``review``; the shell calls :func:`~pipeline.machine.decide` next.
+    ``label``: the label's name as the policy spells it (default: the mode's own)."""
     at = iso(now)
-    label = "deliver" if mode == "deliver" else "deliver-review"
+    label = label or ("deliver" if mode == "deliver" else "deliver-review")
     note = f"label {label} added by {by}" if by else f"label {label}"
     return Delivery(
         id=f"deliver/{repo}#{number}",

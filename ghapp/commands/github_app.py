@@ -190,6 +190,7 @@ def _wire(
     server.on_comment = answers.submit
     sweeper = Sweeper(client, hub, every_s=sweep_every_s, outbox_every_s=outbox_every_s)
     sweeper.on_events = deliveries.on_events
+    sweeper.labels_of = deliveries.labels_of
     return [answers, sweeper, deliveries]
 
 

@@ -539,6 +539,17 @@ class Deliveries:
             return max(0.0, min([self.backstop_s, *recheck]))
         return max(0.0, min([self.backstop_s, *recheck, (min(times) - now).total_seconds()]))
 
+    def labels_of(self, repo: str) -> tuple[str, ...]:
+        """The delivery labels of ``repo``: its policy's, the defaults while it has a
+        problem or cannot be read (the sweeper then finds what the defaults name)."""
+        try:
+            policy = self._policy(repo)
+        except Exception as exc:  # GitHub unreachable: the next sweep asks again
+            log.warning("delivery labels of %s: cannot read the policy: %s", repo, exc)
+            policy = Policy()
+        labels = policy.labels if isinstance(policy, Policy) else Policy().labels
+        return (labels.deliver, labels.review)
+
     def _policy(self, repo: str) -> Policy | PolicyProblem:
         kept = self._policies.get(repo.lower())
         if kept is not None and self._monotonic() - kept[1] < POLICY_TTL_S:
@@ -631,7 +642,14 @@ class Deliveries:
             run = int(rec.data.get("run", 0)) + 1
         head = s.head_sha or str(self.client.get_pull(s.repo, s.number)["head"]["sha"])
         delivery = start(
-            repo=s.repo, number=s.number, head_sha=head, mode=mode, now=now, run=run, by=login
+            repo=s.repo,
+            number=s.number,
+            head_sha=head,
+            mode=mode,
+            now=now,
+            run=run,
+            by=login,
+            label=label,
         )
         if rec is not None:  # the progress shown goes on from the last run's numbers
             seq = rec.data.get("progress_seq")

@@ -340,6 +340,7 @@ class LevelDeliveries:
             now=self.hub.clock(),
             run=run,
             by=by,
+            label=label,
         )
         # The progress seq goes on from what the pull request shows, so that the new
         # run's progress is never taken for an older one.

@@ -88,6 +88,9 @@ class Sweeper:
         self.now = now
         # Told of each synthetic event recorded (the delivery runner starts its pipeline).
         self.on_events: Callable[[list[Event]], None] = lambda events: None
+        # The delivery labels of a repository (its policy's ``[deliver.labels]``; the
+        # runner knows them): a pull request labelled with one is handed over.
+        self.labels_of: Callable[[str], tuple[str, ...]] = lambda repo: DELIVER_LABELS
         self.redelivered: dict[str, int] = {}  # delivery GUID -> redeliveries asked for
         self._start_seq = self._last_event()
         self.passes = 0  # sweeps completed (the first runs at start)
@@ -207,11 +210,12 @@ class Sweeper:
             except GitHubError as exc:  # one repository gone (or never one) stops no other
                 self._cannot_read(repo, exc)
                 continue
+            ours = {name.casefold() for name in self.labels_of(repo)}  # GitHub ignores case
             for pr in pulls:
                 labels = [
                     lb.get("name") for lb in pr.get("labels") or [] if isinstance(lb, Mapping)
                 ]
-                wanted = [name for name in DELIVER_LABELS if name in labels]
+                wanted = [n for n in labels if isinstance(n, str) and n.casefold() in ours]
                 number = pr.get("number")
                 head = pr.get("head")
                 sha = head.get("sha") if isinstance(head, Mapping) else None

@@ -216,6 +216,28 @@ def test_a_label_found_by_the_sweep_counts_by_who_added_it(tmp_path: Path) -> No
         assert own(gh, "PUT", "/merge") == 1
 
 
+def test_the_sweep_finds_a_pull_request_by_the_policys_own_label_in_any_case(
+    tmp_path: Path,
+) -> None:
+    """The sweep looked for `deliver` and `deliver-review` alone, and by exact name: a
+    pull request labelled with the policy's own label, its webhook lost, was never found."""
+    with sandbox() as gh, serving(gh, tmp_path / "home") as live:
+        prepare(gh)
+        text = policy_text(gh) + '\n[deliver.labels]\ndeliver = "Ship-It"\n'
+        gh.world.push("maintainer", "main", {".github/autoloop.toml": text})
+        assert gh.world.settle()
+        sweeper = next(x for x in live.running.extras if isinstance(x, Sweeper))
+        gh.world.set_app_url(None)  # webhooks lost
+        number, _ = open_pr(gh)
+        gh.world.add_label("maintainer", number, "ship-it")
+        gh.world.set_app_url(live.url + "/github/webhook")
+        sweeper.sweep()
+        wait_for("delivered", lambda: stage_is(live, gh, number, "delivered"), MERGE_TIMEOUT)
+        assert own(gh, "PUT", "/merge") == 1
+        first = record(live, gh, number).data["history"][0]
+        assert first["note"] == "label Ship-It added by maintainer"  # not "deliver"
+
+
 def test_a_push_that_fixes_the_policy_moves_the_delivery_on(tmp_path: Path) -> None:
     """The sticky comment says nothing happens until the policy is fixed: the push that
     fixed it woke nothing, and the delivery moved only when serve restarted."""
