@@ -170,12 +170,15 @@ def _concerned(
         first = next_in_line(line, line[0].repo, branch) if line else None
         out = {p.id for p in mine if p.stage == "update_branch"}
         # a push may fix the repository's policy (read from its default branch, whatever
-        # the pull request's base): the sticky comment promised that it would go on
+        # the pull request's base): the sticky comment promised that it would go on; one
+        # that changes the policy file wakes them all (a review no longer asked for, a
+        # check no longer required: each decides under the policy as it is now)
+        changed = d.get("policy_changed") is True
         out |= {
             p.id
             for p in active
             if (pipeline_subject(p.id) or "").split("#", 1)[0].lower() == repo.lower()
-            and p.data.get("policy_problem")
+            and (changed or p.data.get("policy_problem"))
         }
         return out | ({first.id} if first is not None else set())
     for p in active:

@@ -67,6 +67,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernel.model import Event
+from pipeline.policy import POLICY_PATH
 
 __all__ = [
     "ACTIONS",
@@ -518,6 +519,14 @@ def _push(event: str, p: Payload) -> list[_Draft]:
         "head_commit": _s(head.get("id")),
         "head_message": _text(head.get("message")),
         "commit_count": len(commits) if isinstance(commits, list) else None,
+        # the delivery policy's file added, changed or removed by a listed commit: the
+        # deliveries of the repository decide again under the policy as it is now
+        "policy_changed": any(
+            POLICY_PATH in files
+            for c in (commits if isinstance(commits, list) else ())
+            for key in ("added", "modified", "removed")
+            if isinstance(files := _m(c).get(key), list)
+        ),
     }
     if ref and ref.startswith("refs/heads/"):
         d["branch"] = ref.removeprefix("refs/heads/")

@@ -238,6 +238,23 @@ def test_the_sweep_finds_a_pull_request_by_the_policys_own_label_in_any_case(
         assert first["note"] == "label Ship-It added by maintainer"  # not "deliver"
 
 
+def test_a_push_that_changes_the_policy_wakes_the_deliveries_it_concerns(
+    tmp_path: Path,
+) -> None:
+    """A delivery waiting for an approval the policy no longer asks for stayed waiting:
+    only a delivery with a policy problem was woken by a push to the policy file."""
+    with sandbox() as gh, serving(gh, tmp_path / "home") as live:
+        prepare(gh, review="approvals:1")
+        number, _ = open_pr(gh)
+        gh.world.add_label("maintainer", number, "deliver")
+        wait_for("waiting for the approval", lambda: stage_is(live, gh, number, "review"))
+        live.settle()
+        assert stage_is(live, gh, number, "review") and own(gh, "PUT", "/merge") == 0
+        gh.world.push("maintainer", "main", {".github/autoloop.toml": policy_text(gh)})
+        wait_for("delivered", lambda: stage_is(live, gh, number, "delivered"), MERGE_TIMEOUT)
+        assert own(gh, "PUT", "/merge") == 1
+
+
 def test_a_push_that_fixes_the_policy_moves_the_delivery_on(tmp_path: Path) -> None:
     """The sticky comment says nothing happens until the policy is fixed: the push that
     fixed it woke nothing, and the delivery moved only when serve restarted."""
