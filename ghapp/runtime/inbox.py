@@ -238,6 +238,9 @@ class Inbox:
         # translator: whether the senders crowded in over the last CROWD_S (see _calm)
         self._crowded, self._crowd_at, self._crowd_area = True, time.monotonic(), 0.0
         self._translated = False  # the translator is done (stopping): a last sync, then out
+        # stopping, and the translator took longer than the stop's wait: it decides no more
+        # batches (what it has not decided stays in the inbox for the next start)
+        self._abandon = False
         self._halt = threading.Event()
         self._opened = False
         self._started = False
@@ -378,6 +381,21 @@ class Inbox:
                 self._stopping = True
                 self._cv.notify_all()
             self._translator.join(timeout)
+            if self._translator.is_alive():
+                # Closing the files under it made every body it had still to read look
+                # damaged: thousands of acknowledged deliveries were recorded as "not
+                # stored". It ends its batch in hand, decides no other, and the rest stay
+                # in the inbox (acknowledged, durable) for the next start to decide.
+                with self._cv:
+                    self._abandon = True
+                    self._cv.notify_all()
+                    left = len(self._todo)
+                log.warning(
+                    "the stop's %g s were not enough to decide every delivery acknowledged: "
+                    "%d stay in the inbox, and the next start decides them",
+                    timeout, left,
+                )  # fmt: skip
+                self._translator.join()
             with self._cv:
                 self._translated = True
                 self._cv.notify_all()
@@ -699,7 +717,7 @@ class Inbox:
             with self._cv:
                 while not self._todo and not self._stopping:
                     self._cv.wait(0.5)
-                if not self._todo:  # (and stopping)
+                if not self._todo or self._abandon:  # (and stopping)
                     return
                 # Each durable batch is a ledger commit, an fsync beside the inbox's:
                 # while the ack path is active, let a few more arrive first (at most
@@ -835,6 +853,8 @@ class Inbox:
     def _decide(self, batch: list[Received], *, polite: bool = False) -> bool:
         """Translate, redact and decide ``batch`` in one ledger transaction; False when the
         ledger cannot append (the records stay, to be tried again)."""
+        if self._log.closed:  # its bodies cannot be read: not damage, the records stay
+            return False
         self._bodies(batch)
         slug, app_id = self.identity()
         found: list[Event | None] = []  # per input: the event it records (None: ignored)

@@ -189,6 +189,7 @@ class SegmentLog:
         self._names = 0
         self._thread: threading.Thread | None = None
         self._stopping = False
+        self.closed = False
         # A cap on the files' total size, past which a new segment fails as on a full
         # disk (None: the disk's own limit; the full-disk tests set it).
         self.max_bytes: int | None = None
@@ -243,6 +244,7 @@ class SegmentLog:
             self._thread.join(30)
         with contextlib.suppress(OSError):
             self.maintain(ready=0)
+        self.closed = True  # (read by the translator: no body can be read from here on)
         for seg in self._all:
             if seg.unsynced:
                 with contextlib.suppress(OSError):

@@ -690,3 +690,34 @@ def test_a_second_process_serving_the_same_inbox_is_refused_with_one_line(
     again = world.inbox()  # the lock goes with the process that held it (here: its stop)
     again.start()
     again.stop()
+
+
+def test_a_stop_that_outlasts_its_wait_leaves_the_rest_in_the_inbox_not_set_aside(
+    world: Ledgered, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stop waited 30 s for the translator, then closed the files under it: every body
+    it had still to read looked damaged, and thousands of acknowledged deliveries were
+    recorded as "not stored" (a turn running kept the process alive meanwhile)."""
+    slow = world.ledger.decide_many
+
+    def decide_many(*args: Any, **kw: Any) -> Any:
+        time.sleep(0.05)  # a busy core, a ledger another process holds a while
+        return slow(*args, **kw)
+
+    monkeypatch.setattr(world.ledger, "decide_many", decide_many)
+    inbox = world.inbox()
+    inbox.start()
+    items = [delivery(n) for n in range(1, 401)]
+    assert submit_all(inbox, items) == [False] * len(items)
+    inbox.stop(timeout=0.2)
+    inbox._translator.join(30)  # (it ended within the stop: whatever it did is done)
+    decided = world.events()
+    assert all(not e.reason.startswith("not stored") for e in decided.values())
+    assert 0 < len(decided) < len(items)  # the stop's wait ended with deliveries left
+    monkeypatch.setattr(world.ledger, "decide_many", slow)
+    again = world.inbox()
+    assert again.start() == len(items) - len(decided)  # decided before it returns
+    again.stop()
+    after = world.events()
+    assert sorted(after) == sorted(d.delivery for d in items)
+    assert all(not e.reason.startswith("not stored") for e in after.values())
