@@ -294,6 +294,13 @@ def create_app(server: Server) -> Starlette:
             status = response.status_code
             error = _error_of(response) if status >= 400 else ""
             return response
+        except asyncio.CancelledError:
+            # The server stops, and its grace for requests still running ended (a body
+            # that trickles in, an ack waiting for a ledger another process holds): it
+            # was a 500 and a traceback each. A delivery whose ack was under way may be
+            # in the inbox; GitHub sends it again either way, and a duplicate is known.
+            status, error = 503, "the server stopped before it could answer"
+            return _closing(_error(503, f"{error}; send it again"))
         finally:
             if counted and inbox is not None:
                 inbox.request_out()

@@ -334,6 +334,9 @@ def http_config(
         http=cast("type[asyncio.Protocol]", protocol),  # both bases are asyncio protocols
         loop=event_loop(loop),
         ws="none",  # no websocket routes: nothing of a websocket library is loaded
+        # The app starts and stops nothing of its own (serve does, around it): with the
+        # lifespan on, a second Ctrl-C cancelled its task and Starlette logged a traceback.
+        lifespan="off",
         timeout_keep_alive=KEEP_ALIVE_S,
         backlog=backlog_for(soft) if limited else BACKLOG_MAX,
         **options,

@@ -7,11 +7,13 @@ user looks (the log, or stderr and the exit code), never a traceback or a silent
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -585,3 +587,68 @@ def test_a_ledger_error_at_start_is_one_line_not_a_traceback(
         "give this user write access to AUTOLOOP_HOME and its ledger.db, or run where it may "
         "write\n"
     )
+
+
+def test_a_body_still_arriving_when_serve_stops_gets_a_503_not_a_500_and_a_traceback(
+    webhooks_only: Serve,
+) -> None:
+    """The stop's grace for requests (5 s) is shorter than a body may take: the request
+    was cancelled into a 500, a broken connection and a traceback in the log."""
+    webhooks_only.start()
+    assert webhooks_only.proc is not None
+    body = json.dumps({"zen": "x" * 600_000, "hook_id": 1}).encode()  # 10 s + 9 s allowed
+    sig = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+    head = (
+        f"POST /github/webhook HTTP/1.1\r\nHost: x\r\nX-GitHub-Event: ping\r\n"
+        f"X-GitHub-Delivery: slow-1\r\nX-Hub-Signature-256: {sig}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    with socket.create_connection(("127.0.0.1", webhooks_only.port), timeout=30) as conn:
+        conn.sendall(head + body[:1000])
+        time.sleep(0.5)
+        webhooks_only.proc.send_signal(signal.SIGTERM)
+        answer = b""
+        sent = 1000
+        deadline = time.monotonic() + 20
+        conn.setblocking(False)
+        while time.monotonic() < deadline and b"\r\n\r\n" not in answer:
+            with contextlib.suppress(BlockingIOError, InterruptedError):
+                answer += conn.recv(65536)
+            if sent < len(body):  # a sender still trickling its body in
+                with contextlib.suppress(BlockingIOError, BrokenPipeError, ConnectionError):
+                    conn.send(body[sent : sent + 2000])
+                    sent += 2000
+            time.sleep(0.05)
+    assert answer.startswith(b"HTTP/1.1 503"), answer[:200]
+    assert webhooks_only.proc.wait(timeout=30) == 0
+    text = webhooks_only.text()
+    assert "Traceback" not in text and "Exception in ASGI application" not in text
+    (line,) = webhooks_only.lines("slow-1")
+    assert " 503 " in line and "the server stopped before it could answer" in line
+
+
+def test_sighup_stops_serve_as_sigterm_does(webhooks_only: Serve) -> None:
+    """A closed terminal (SIGHUP) killed serve at once: no stop line, the log's last
+    lines lost."""
+    webhooks_only.start()
+    assert webhooks_only.proc is not None
+    assert post_webhook(webhooks_only.url, SECRET, "before-hup") == 200
+    webhooks_only.proc.send_signal(signal.SIGHUP)
+    assert webhooks_only.proc.wait(timeout=30) == 0
+    assert "Traceback" not in webhooks_only.text()
+
+
+@pytest.mark.parametrize("first", [signal.SIGINT, signal.SIGTERM])
+def test_a_second_signal_during_the_stop_is_no_traceback(
+    webhooks_only: Serve, first: signal.Signals
+) -> None:
+    """Ctrl-C twice, or SIGTERM then Ctrl-C: the app's lifespan task was cancelled, and
+    its traceback logged."""
+    webhooks_only.start()
+    assert webhooks_only.proc is not None
+    assert post_webhook(webhooks_only.url, SECRET, "before") == 200
+    webhooks_only.proc.send_signal(first)
+    time.sleep(0.05)
+    webhooks_only.proc.send_signal(signal.SIGINT)
+    webhooks_only.proc.wait(timeout=30)
+    assert "Traceback" not in webhooks_only.text(), webhooks_only.text()[-3000:]
