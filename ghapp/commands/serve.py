@@ -80,7 +80,8 @@ class Running:
                 raise
             if recovered:
                 self.notes.append(
-                    f"{recovered} delivery(ies) acknowledged before a restart were recorded"
+                    f"{recovered} delivery(ies) acknowledged before a restart were decided "
+                    "(recorded now, or found recorded already)"
                 )
         if worker:
             self.worker.start()

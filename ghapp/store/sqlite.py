@@ -180,6 +180,12 @@ class SqliteStore:
                 self._conn.close()
                 raise
         except (sqlite3.Error, OSError) as exc:
+            if "locked" in str(exc):  # waited timeout_s for another process's write
+                raise StoreError(
+                    f"cannot open the ledger at {self.path}: another process held it locked "
+                    f"for {timeout_s:g} s (a long write, a copy made without SQLite's backup, "
+                    "a process stopped in a transaction): try again once it is done"
+                ) from exc
             raise StoreError(
                 f"cannot open the ledger at {self.path}: {exc}; check AUTOLOOP_HOME/AUTOLOOP_DB"
             ) from exc

@@ -3,6 +3,7 @@ that quotes it, not in what the process logs or stores."""
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from ghapp.commands.home import init_home, make_redact
 from ghapp.commands.home_ledger import open_ledger
 from ghapp.store.base import StoreError
+from ghapp.store.sqlite import SqliteStore
 from ghapp.store.urls import hide_passwords, passwords_in, shown
 from kernel.model import Rules, SourceSpec
 
@@ -97,3 +99,23 @@ def test_a_sqlite_url_into_a_folder_that_does_not_exist_is_refused_not_made(
     with pytest.raises(StoreError, match=r"the folder .*dir does not exist; create it"):
         open_ledger(env, home)
     assert not (tmp_path / "no").exists()
+
+
+def test_a_ledger_another_process_holds_locked_is_said_so_not_a_wrong_setting(
+    tmp_path: Path,
+) -> None:
+    """After the lock's wait, the line said "check AUTOLOOP_HOME/AUTOLOOP_DB": the setting
+    was right, another process held the ledger."""
+    path = tmp_path / "ledger.db"
+    SqliteStore(f"sqlite:///{path}").close()
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        with pytest.raises(StoreError) as err:
+            SqliteStore(f"sqlite:///{path}", timeout_s=0.2)
+        said = str(err.value)
+        assert said.startswith(f"cannot open the ledger at {path}: another process held it")
+        assert "AUTOLOOP_DB" not in said
+    finally:
+        holder.close()
+    SqliteStore(f"sqlite:///{path}").close()  # free again: it opens
