@@ -118,6 +118,10 @@ class ReviewFindings:
     event: Literal["COMMENT", "REQUEST_CHANGES"] | None  # None when the agent failed
     body: str = ""
     error: str = ""
+    # what the agent reported spending, when it ran (counted toward the daily caps)
+    started_at: str = ""  # ISO 8601 UTC; "" when no agent ran
+    cost_usd: float | None = None
+    tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

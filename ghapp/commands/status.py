@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ghapp.commands.home_ledger import home_from_env, open_ledger, require_home
-from ghapp.runtime.days import day_bounds, spent_between, zone
+from ghapp.runtime.days import day_bounds, review_runs, spent_between, zone
 from ghapp.runtime.rules_file import clock_from_env, rules_path
 from kernel.errors import ConfigError
 
@@ -148,7 +148,8 @@ def status_data(store: Store, home: Path, now: datetime) -> dict[str, Any]:
         waiting: dict[str, list[int]] = {}
         for q in tx.data("queued", states=["pending"]):
             waiting.setdefault(q["matter"], []).append(q["seq"])
-    usage = usage_data(turns, now, limits)  # summed in the order of turn ids
+    reviews = [run for p in pipelines for run in review_runs(p["data"])]
+    usage = usage_data(turns, now, limits, reviews)  # summed in the order of turn ids
     turns.sort(key=lambda t: t["fence"])
     event_defaults = DEFAULTS["event.event"]
     return {
@@ -251,18 +252,30 @@ def _runnable(m: Mapping[str, Any]) -> bool:
 
 
 def usage_data(
-    turns: Iterable[Mapping[str, Any]], now: datetime, limits: Limits | None
+    turns: Iterable[Mapping[str, Any]],
+    now: datetime,
+    limits: Limits | None,
+    reviews: Iterable[tuple[str, int, float, str]] = (),
 ) -> dict[str, Any]:
-    """Turns, tokens and cost of today and of the last 7 days (local days of the rules);
-    ``limits`` None: the rules could not be read (UTC, no caps)."""
+    """Turns, review agents' runs, tokens and cost of today and of the last 7 days (local
+    days of the rules), as the daily caps count them; ``limits`` None: the rules could not
+    be read (UTC, no caps)."""
     tz, max_usd, max_tokens = limits if limits is not None else ("UTC", None, None)
     spent = [(t["started_at"], t["tokens"], t["cost_usd"]) for t in turns]
+    runs = [(at, tokens, usd) for at, tokens, usd, _ in reviews]
     out: dict[str, Any] = {"timezone": tz}
     day = ""
     for name, days in (("today", 1), ("week", 7)):
         day, start, end = day_bounds(now, tz, days=days)
         n, tokens, cost = spent_between(spent, start, end)
-        out[name] = {"turns": n, "tokens": tokens, "cost_usd": round(cost, 6), "since": start}
+        r, r_tokens, r_cost = spent_between(runs, start, end)
+        out[name] = {
+            "turns": n,
+            "reviews": r,
+            "tokens": tokens + r_tokens,
+            "cost_usd": round(cost + r_cost, 6),
+            "since": start,
+        }
     out["today"]["day"] = day
     out["caps"] = {"max_usd_per_day": max_usd, "max_tokens_per_day": max_tokens}
     return out
@@ -481,7 +494,8 @@ def show(data: Mapping[str, Any], out: Out) -> None:
     for span in ("today", "week"):
         u = usage[span]
         label = "today" if span == "today" else "last 7 days"
-        out.line(f"{label}: {u['turns']} turns, {u['tokens']} tokens, ${u['cost_usd']:.4f}")
+        runs = f" and {u['reviews']} review(s)" if u["reviews"] else ""
+        out.line(f"{label}: {u['turns']} turns{runs}, {u['tokens']} tokens, ${u['cost_usd']:.4f}")
     caps = usage["caps"]
     today = usage["today"]
     if caps["max_usd_per_day"] is not None or caps["max_tokens_per_day"] is not None:

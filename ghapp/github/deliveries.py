@@ -129,7 +129,7 @@ RETRY_FIRST_S, RETRY_MAX_S = 5.0, 300.0
 _SUBJECT = re.compile(r"^(" + REPO_NAME + r")#([0-9]+)$")
 _PULL_EVENTS = ("pull_request.", "pull_request_review.")
 _REPO_EVENTS = ("check_run.", "check_suite.", "status.", "deployment_status.", "push")
-_SHELL_KEYS = ("versions", "findings")
+_SHELL_KEYS = ("versions", "findings", "review_spend")  # kept by the shell, not the machine
 
 
 # Stages that act on the base branch as it is now: a push to the base concerns them only
@@ -868,6 +868,8 @@ class Deliveries:
             new_data["versions"] = kept
         if findings is not None:
             new_data["findings"] = to_data(findings)
+        if data.get("review_spend"):
+            new_data["review_spend"] = data["review_spend"]
         wake_at = iso(step.wake_at) if step.wake_at is not None else ""
         ended = d.stage in TERMINAL
         unchanged = (

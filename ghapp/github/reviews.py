@@ -37,7 +37,7 @@ import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -205,6 +205,8 @@ class Reviews:
         spec = self.hub.rules().agents.get(job.agent)
         if spec is None:
             return self._failed(job, f"no agent {job.agent!r} in rules.json")
+        if self.hub.over_budget():  # as for a turn: the owner's card says so, once a day
+            return self._failed(job, "it was not run: today's spend cap (rules.json) is reached")
         pr = self.client.get_pull(job.repo, job.number)
         head = str((pr.get("head") or {}).get("sha") or "")
         if head != job.head_sha:
@@ -230,7 +232,14 @@ class Reviews:
         (folder / "prompt.txt").write_text(prompt)
         with self._lock:
             self._folders[job.request] = folder
+        started_at = iso(self.hub.clock())
         result = self._run_agent(job, spec, folder, prompt)
+
+        def spent(findings: ReviewFindings) -> ReviewFindings:
+            return replace(
+                findings, started_at=started_at, cost_usd=result.cost_usd, tokens=result.tokens
+            )
+
         (folder / "output.log").write_text(self.hub.redact(result.output or result.final_message))
         scrub_folder(folder, self.hub.redact)
         if not result.ok:
@@ -247,16 +256,19 @@ class Reviews:
                 public = f"it exited with code {result.exit_code}"
             else:
                 public = "it failed"
-            return self._failed(job, f"{public} (the server's log says why)")
+            return spent(self._failed(job, f"{public} (the server's log says why)"))
         parsed = parse_findings(result.final_message)
         if isinstance(parsed, str):
-            return self._failed(job, parsed)
+            return spent(self._failed(job, parsed))
         event, body = parsed
         return ReviewFindings(
             request=job.request,
             head_sha=job.head_sha,
             event=event,  # type: ignore[arg-type]  # checked against _EVENTS by parse_findings
             body=self.hub.redact(body),
+            started_at=started_at,
+            cost_usd=result.cost_usd,
+            tokens=result.tokens,
         )
 
     def _run_agent(self, job: ReviewJob, spec: AgentSpec, folder: Path, prompt: str) -> AgentResult:
@@ -308,6 +320,8 @@ class Reviews:
                 return True
             data = dict(rec.data)
             data["findings"] = to_data(findings)
+            if findings.started_at:  # an agent ran: what it spent, kept with the delivery
+                data["review_spend"] = review_spend(data, job.request, findings)
             now = iso(self.hub.clock())
             out = self.hub.ledger.decide(
                 k.Advance(
@@ -326,6 +340,24 @@ class Reviews:
             if out.reply.code != "stale":
                 return False
         raise RuntimeError("the pipeline record kept moving under the findings")
+
+
+REVIEW_SPEND_KEPT = 50  # the latest review runs of a delivery whose spend it keeps
+
+
+def review_spend(
+    data: Mapping[str, Any], request: str, findings: ReviewFindings
+) -> list[dict[str, Any]]:
+    """The delivery's record of its review agents' runs, with this one's: when each
+    started and what its agent reported (``status`` and the daily caps count them)."""
+    kept = [e for e in data.get("review_spend") or () if isinstance(e, Mapping)]
+    entry = {
+        "request": request,
+        "at": findings.started_at,
+        "tokens": findings.tokens,
+        "cost_usd": findings.cost_usd,
+    }
+    return [*(dict(e) for e in kept if e.get("request") != request), entry][-REVIEW_SPEND_KEPT:]
 
 
 def waiting_for(data: Mapping[str, Any]) -> str:

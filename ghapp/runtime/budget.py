@@ -4,9 +4,12 @@ rules.json's top-level ``max_usd_per_day`` caps the dollars the agents report
 (``cost_usd`` of each turn), and ``max_tokens_per_day`` the tokens (for agents that
 report tokens but no cost). A day is a calendar day in the rules' ``timezone``; the turns
 counted are those that *started* that day, with the figures their agents reported when
-they finished. When a cap is reached no new turn starts: events stay pending on their
-matters and run when the cap is raised or the next day begins. A turn already running
-is never stopped by the cap (a rule's own ``budget_usd`` limits one turn).
+they finished. The runs of review agents (a delivery policy's ``review = "agent:NAME"``)
+count too, from when each started: their spend is kept with the delivery
+(``review_spend`` in its record's data). When a cap is reached no new turn or review
+starts: events stay pending on their matters and run when the cap is raised or the next
+day begins. A turn already running is never stopped by the cap (a rule's own
+``budget_usd`` limits one turn).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Protocol
 from zoneinfo import ZoneInfo
 
-from ghapp.runtime.days import day_bounds, spent_between
+from ghapp.runtime.days import day_bounds, review_runs, spent_between
 from kernel import facts as f
 from kernel.durations import iso
 from kernel.model import Rules
@@ -26,7 +29,14 @@ from kernel.records import Turn
 if TYPE_CHECKING:  # the notice is made only when a cap is reached
     from kernel import inputs as k
 
-__all__ = ["Usage", "UsageMeter", "cap_notice", "day_bounds", "usage_between"]
+__all__ = [
+    "Usage",
+    "UsageMeter",
+    "cap_notice",
+    "day_bounds",
+    "review_runs",
+    "usage_between",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +75,8 @@ def cap_notice(rules: Rules, now: datetime, used: Usage) -> k.OwnerNotice | None
         title="Daily spend cap reached: no new agent turns today",
         text=(
             f"On {day} ({rules.timezone}) the agents used {' and '.join(reached)} "
-            f"in {used.turns} turns. No new turn starts; new events wait, queued, and none is "
+            f"in {used.turns} turns and reviews. No new turn or review starts; new events "
+            "wait, queued, and none is "
             f"lost. They run from {resume_at.strftime('%Y-%m-%d %H:%M %Z')}, or at once if "
             f"you raise the cap in {rules.path}. 'autoloop status' shows the spend."
         ),
@@ -98,11 +109,15 @@ class UsageMeter:
     turns: dict[str, _Spent] = field(default_factory=dict)
 
     def refresh(self, tx: FactReader) -> None:
-        for seq, _, fact in tx.facts(self.after, types=("TurnStarted", "TurnFinished")):
+        types = ("TurnStarted", "TurnFinished", "PipelineAdvanced")
+        for seq, _, fact in tx.facts(self.after, types=types):
             if isinstance(fact, f.TurnStarted):
                 self.turns[fact.turn] = _Spent(fact.at)
             elif isinstance(fact, f.TurnFinished) and (spent := self.turns.get(fact.turn)):
                 spent.tokens, spent.usd = fact.tokens or 0, fact.cost_usd or 0.0
+            elif isinstance(fact, f.PipelineAdvanced):
+                for at, tokens, usd, request in review_runs(fact.data):
+                    self.turns.setdefault(f"{fact.pipeline}/{request}", _Spent(at, tokens, usd))
             self.after = max(self.after, seq)
 
     def usage(self, start: str, end: str) -> Usage:

@@ -8,12 +8,13 @@ starts fast.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, time, timedelta, tzinfo
+from typing import Any
 
 from kernel.durations import iso
 
-__all__ = ["day_bounds", "spent_between", "zone"]
+__all__ = ["day_bounds", "review_runs", "spent_between", "zone"]
 
 
 def zone(name: str) -> tzinfo:
@@ -53,3 +54,22 @@ def spent_between(
             tokens += used_tokens or 0
             cost += used_usd or 0.0
     return n, tokens, cost
+
+
+def review_runs(data: Mapping[str, Any]) -> list[tuple[str, int, float, str]]:
+    """(started, tokens, usd, request) of each review agent's run a delivery's record
+    (its ``data``) keeps."""
+    out: list[tuple[str, int, float, str]] = []
+    for e in data.get("review_spend") or ():
+        if not isinstance(e, Mapping) or not isinstance(e.get("at"), str):
+            continue
+        tokens, usd = e.get("tokens"), e.get("cost_usd")
+        out.append(
+            (
+                e["at"],
+                tokens if type(tokens) is int else 0,
+                float(usd) if isinstance(usd, int | float) and type(usd) is not bool else 0.0,
+                str(e.get("request") or ""),
+            )
+        )
+    return out

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from fakegithub.server import SandboxHandle
+from ghapp.commands.status import read_status
 from ghapp.github.deliveries import Deliveries
 from tests.e2e.test_delivery_serve import (
     MERGE_TIMEOUT,
@@ -223,3 +224,49 @@ def test_a_restart_before_the_findings_landed_runs_the_review_again(tmp_path: Pa
         ((state, commit, body),) = bot_reviews(gh, number)
         assert (state, commit) == ("COMMENTED", head) and "on run 2" in body
         assert marker.read_text() == "2"
+
+
+COSTLY = """\
+import json, os, pathlib
+spent = {"cost_usd": 3.0, "tokens": 1000}
+pathlib.Path(os.environ["AUTOLOOP_REPORT"]).write_text(json.dumps(spent))
+print("```autoloop\\n" + json.dumps({"review": {"event": "COMMENT", "body": "Fine."}}) + "\\n```")
+"""
+
+
+def test_review_agents_spend_counts_toward_the_daily_cap_and_shows_in_status(
+    tmp_path: Path,
+) -> None:
+    """A review agent's cost was counted nowhere: reviews ran past max_usd_per_day, and
+    status said $0 and "not reached"."""
+    script = tmp_path / "costly.py"
+    script.write_text(COSTLY)
+    agents: dict[str, Any] = {
+        "demo": {"use": "demo"},
+        "costly": {"use": "command", "command": [sys.executable, str(script)]},
+    }
+    with sandbox() as gh:
+        home = tmp_path / "home"
+        with live_server(
+            home, rules(agents=agents, max_usd_per_day=5), env=settings_env(gh), connect_github=True
+        ) as live:
+            gh.world.set_app_url(live.url + "/github/webhook")
+            prepare(gh, review="agent:costly")
+            numbers = []
+            for i in range(2):  # $3 each: the cap of $5 is reached by the second
+                number = gh.world.open_pr("contributor", f"f{i}", f"F{i}", {f"f{i}.py": "x\n"})
+                gh.world.add_label("maintainer", number, "deliver-review")
+                wait_for("reviewed", lambda n=number: stage_is(live, gh, n, "reviewed"), 30)
+                numbers.append(number)
+            third = gh.world.open_pr("contributor", "f2", "F2", {"f2.py": "x\n"})
+            gh.world.add_label("maintainer", third, "deliver-review")
+            wait_for("blocked", lambda: stage_is(live, gh, third, "blocked"), MERGE_TIMEOUT)
+            findings = record(live, gh, third).data["findings"]
+            assert findings["error"] == "it was not run: today's spend cap (rules.json) is reached"
+            assert findings["started_at"] == "" and bot_reviews(gh, third) == []
+            spend = record(live, gh, numbers[0]).data["review_spend"]
+            assert [(e["cost_usd"], e["tokens"]) for e in spend] == [(3.0, 1000)]
+            gh.world.set_app_url(None)
+        usage = read_status({"AUTOLOOP_HOME": str(home)})["usage"]["week"]  # (midnight)
+        assert (usage["turns"], usage["reviews"]) == (0, 2)
+        assert (usage["cost_usd"], usage["tokens"]) == (6.0, 2000)

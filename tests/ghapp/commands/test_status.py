@@ -71,7 +71,7 @@ def reference_status(store: Store, rules: Rules | None, now: datetime) -> dict[s
         for q in tx.query("queued", states=["pending"]):
             if isinstance(q, records.Queued):
                 waiting.setdefault(q.matter, []).append(q.seq)
-    usage = reference_usage(list(turns), rules, now)
+    usage = reference_usage(list(turns), rules, now, pipelines)
     turns.sort(key=lambda t: t.fence)
     return {
         "turns": [
@@ -145,16 +145,26 @@ def reference_status(store: Store, rules: Rules | None, now: datetime) -> dict[s
     }
 
 
-def reference_usage(turns: list[records.Turn], rules: Rules | None, now: datetime) -> Any:
+def reference_usage(
+    turns: list[records.Turn],
+    rules: Rules | None,
+    now: datetime,
+    pipelines: list[records.Pipeline],
+) -> Any:
     tz = rules.timezone if rules is not None else "UTC"
     out: dict[str, Any] = {"timezone": tz}
+    runs = [e for p in pipelines for e in p.data.get("review_spend") or ()]
     for name, days in (("today", 1), ("week", 7)):
         day, start, end = day_bounds(now, tz, days=days)
         used = usage_between(turns, start, end)
+        since = datetime.fromisoformat(start)
+        until = datetime.fromisoformat(end)
+        mine = [e for e in runs if since <= datetime.fromisoformat(e["at"]) < until]
         out[name] = {
             "turns": used.turns,
-            "tokens": used.tokens,
-            "cost_usd": round(used.cost_usd, 6),
+            "reviews": len(mine),
+            "tokens": used.tokens + sum(e.get("tokens") or 0 for e in mine),
+            "cost_usd": round(used.cost_usd + sum(e.get("cost_usd") or 0.0 for e in mine), 6),
             "since": start,
         }
     out["today"]["day"] = day
@@ -206,7 +216,13 @@ def fill(store: Store) -> None:
             subject="a/b#1",
             version=0,
             stage="checks",
-            data={"waiting_for": "ci"},
+            data={
+                "waiting_for": "ci",
+                "review_spend": [  # two runs of its review agent: one today, one a week ago
+                    {"request": "q1", "at": T0.isoformat(), "tokens": 7, "cost_usd": 0.05},
+                    {"request": "q2", "at": (T0 - timedelta(days=8)).isoformat(), "tokens": 9},
+                ],
+            },
             wake_at="2026-11-30T12:00:00.000000+00:00",
             cards=(k.CardSpec(key="k", title="look"),),
         )
@@ -225,7 +241,8 @@ def test_a_full_ledger_reads_as_through_the_record_classes(store: Store, tmp_pat
     assert {name: bool(got[name]) for name in got} == dict.fromkeys(got, True)  # all shown
     assert json.dumps(got, sort_keys=True) == json.dumps(want, sort_keys=True)
     assert [m["state"] for m in got["matters"]] == ["running"]
-    assert got["usage"]["today"]["cost_usd"] == pytest.approx(0.3)
+    assert got["usage"]["today"]["cost_usd"] == pytest.approx(0.35)  # 0.05 of a review
+    assert (got["usage"]["today"]["reviews"], got["usage"]["week"]["reviews"]) == (1, 1)
 
 
 def test_rows_of_an_older_or_newer_autoloop_read_as_the_record_classes_read_them(
