@@ -581,22 +581,33 @@ class Deliveries:
 
     # -- starting ----------------------------------------------------------------------
 
-    def _deliver_while_reviewing(self, s: _Start) -> None:
-        """``deliver`` added while a review-only delivery runs: it was ignored without a
-        word (one run at a time per pull request). Say how to deliver it, once."""
+    def _label_while_running(self, s: _Start, running: str) -> None:
+        """The other delivery label added while a run of ``running`` mode goes on: it was
+        ignored without a word (one run at a time per pull request). Say why, once."""
         try:
             policy = self._policy(s.repo)
             labels = policy.labels if isinstance(policy, Policy) else Policy().labels
-            if labels.deliver.casefold() not in {n.casefold() for n in s.labels}:
-                return
-            why = (
-                f"a review-only delivery (`{labels.review}`) runs on this pull request; "
-                f"remove `{labels.review}`, then add `{labels.deliver}` again"
-            )
+            names = {n.casefold() for n in s.labels}
             t = Target(s.repo, s.number)
-            say_refused(
-                self.client, self.bot_login, t, labels.deliver, login=s.by, why=why, then=""
-            )
+            if running == "review" and labels.deliver.casefold() in names:
+                label, why = (
+                    labels.deliver,
+                    (
+                        f"a review-only delivery (`{labels.review}`) runs on this pull request; "
+                        f"remove `{labels.review}`, then add `{labels.deliver}` again"
+                    ),
+                )
+            elif running == "deliver" and labels.review.casefold() in names:
+                label, why = (
+                    labels.review,
+                    (
+                        f"a delivery (`{labels.deliver}`) runs on this pull request, and it is "
+                        f"reviewed as part of it; `{labels.review}` is for a review without a merge"
+                    ),
+                )
+            else:
+                return
+            say_refused(self.client, self.bot_login, t, label, login=s.by, why=why, then="")
         except Exception as exc:  # the reply is a courtesy: GitHub's trouble stops nothing
             log.warning("delivery %s#%d: could not reply: %s", s.repo, s.number, exc)
 
@@ -604,8 +615,8 @@ class Deliveries:
         pid = pipeline_id(s.repo, s.number)
         rec = self._record(pid)
         if rec is not None and not rec.ended:
-            if rec.data.get("mode") == "review" and s.by:
-                self._deliver_while_reviewing(s)
+            if s.by:  # a label added now (not one a sweep found): the other one?
+                self._label_while_running(s, str(rec.data.get("mode") or ""))
             return set()  # already on its way: the wake recorded for the event moves it
         try:
             policy = self._policy(s.repo)

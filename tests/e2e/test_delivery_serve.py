@@ -315,6 +315,22 @@ def test_deliver_added_during_a_review_only_run_gets_a_reply_saying_how(
         assert own(gh, "PUT", "/merge") == 1
 
 
+def test_deliver_review_added_during_a_delivery_gets_a_reply_saying_why(tmp_path: Path) -> None:
+    """deliver, then deliver-review: the second label was ignored without a word."""
+    with sandbox() as gh, serving(gh, tmp_path / "home") as live:
+        prepare(gh, ci=None)  # the required check never reports: the delivery waits
+        number, _ = open_pr(gh)
+        gh.world.add_label("maintainer", number, "deliver")
+        wait_for("checks", lambda: stage_is(live, gh, number, "checks"), MERGE_TIMEOUT)
+        gh.world.add_label("maintainer", number, "deliver-review")
+        wait_for("the reply", lambda: len(refusals(gh, number)) == 1)
+        assert (
+            "@maintainer: the `deliver-review` label did not start a delivery: a delivery "
+            "(`deliver`) runs on this pull request, and it is reviewed as part of it"
+        ) in refusals(gh, number)[0]
+        assert record(live, gh, number).data["mode"] == "deliver"
+
+
 def test_removing_the_label_mid_flight_cancels_without_a_merge(tmp_path: Path) -> None:
     with sandbox() as gh, serving(gh, tmp_path / "home") as live:
         prepare(gh, ci=None)  # the required check "ci" never reports
