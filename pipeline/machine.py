@@ -165,7 +165,9 @@ def _guards(ctx: Ctx) -> Outcome | None:
     merging = att is not None and att.outcome in ("", "done")
     labelled = label.casefold() in {name.casefold() for name in pr.labels}
     if not labelled and not (pre_merge and (pr.merged or merging)):
-        ctx.note = f"label {label} removed"
+        ctx.note = f"label {label} removed" + (
+            "" if pre_merge else ": the merge stays, its deployment is no longer followed"
+        )
         return "unlabeled"
     if not pre_merge:
         return None

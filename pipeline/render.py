@@ -68,7 +68,12 @@ def render(d: Delivery, *, waiting: str, problem: PolicyProblem | None = None) -
         lines += ["", *_card(d.card)]
     elif waiting:
         lines += ["", f"Waiting for {_escape(waiting)}."]
-    if d.stage == "cancelled":  # a reopened PR, or a change of mind: how to go on
+    if d.stage == "cancelled" and d.merge_sha:  # after the merge: only the watch stopped
+        lines += [
+            "",
+            f"The merge ({d.merge_sha}) stays; only the following of its deployment stopped.",
+        ]
+    elif d.stage == "cancelled":  # a reopened PR, or a change of mind: how to go on
         lines += [
             "",
             "To start a new delivery, add its label again (remove it first if the pull "

@@ -51,6 +51,13 @@ def test_a_removed_label_cancels_after_the_merge_too() -> None:
     assert drive.delivery.stage == "deployment"
     step = drive(snap(merged=True, state="closed", labels=()), 2)
     assert step.delivery.stage == "cancelled"
+    # It said "add its label again" of a pull request it had merged: the merge stays.
+    (progress,) = of(step, Progress)
+    assert progress.check_title == (
+        "Cancelled: label deliver removed: the merge stays, its deployment is no longer followed"
+    )
+    assert f"The merge ({MERGED}) stays" in progress.comment_body
+    assert "add its label again" not in progress.comment_body
 
 
 def test_a_label_removed_while_the_merge_is_under_way_is_seen_after_the_merge() -> None:
