@@ -177,6 +177,8 @@ def _guards(ctx: Ctx) -> Outcome | None:
         merge_sha = (answer.merge_commit_sha if answer else None) or pr.merge_commit_sha
         ctx.set(merge_sha=merge_sha or pr.head_sha)
         ctx.note = "merged" if ours else f"merged by {pr.merged_by or 'a person'}"
+        if not ours and d.stage != "merge":  # before the delivery's own steps were done
+            ctx.note += f" while the delivery was at {d.stage}"
         if ours and policy.delete_branch and pr.head_ref and not pr.fork:
             ctx.emit(DeleteBranch(key=d.key("delete-branch", pr.head_ref), ref=pr.head_ref))
         return "merged"
