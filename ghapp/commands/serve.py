@@ -468,7 +468,8 @@ def main(argv: list[str]) -> int:
         done.set()
 
     signal.signal(signal.SIGTERM, _term)
-    signal.signal(signal.SIGHUP, _term)  # a closed terminal: a stop, not a sudden death
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # (nohup: kept ignored)
+        signal.signal(signal.SIGHUP, _term)  # a closed terminal: a stop, not a sudden death
     settle_heap()
     # The inbox's translator yields to requests being acknowledged, but the event loop
     # can only say so once it holds the GIL: let it have it within 0.5 ms, not Python's

@@ -97,7 +97,8 @@ def main(argv: list[str]) -> int:
 
     signal.signal(signal.SIGTERM, _term)
     signal.signal(signal.SIGINT, _term)
-    signal.signal(signal.SIGHUP, _term)  # a closed terminal: a stop, not a sudden death
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # (nohup: kept ignored)
+        signal.signal(signal.SIGHUP, _term)  # a closed terminal: a stop, not a sudden death
     print(f"autoloop work: worker {args.name!r} started", flush=True)
     log.info("worker %r started (pid %d)", args.name, os.getpid())
     loop.start()

@@ -652,3 +652,36 @@ def test_a_second_signal_during_the_stop_is_no_traceback(
     webhooks_only.proc.send_signal(signal.SIGINT)
     webhooks_only.proc.wait(timeout=30)
     assert "Traceback" not in webhooks_only.text(), webhooks_only.text()[-3000:]
+
+
+def test_serve_under_nohup_lives_on_after_sighup(webhooks_only: Serve) -> None:
+    """SIGHUP became a stop: a serve started with nohup (SIGHUP ignored) ended when its
+    terminal closed, with exit 0, which a supervisor restarting on failure takes for done."""
+    with webhooks_only.log.open("ab") as out:
+        webhooks_only.proc = subprocess.Popen(
+            [
+                "nohup",
+                sys.executable,
+                "-m",
+                "ghapp.commands.cli",
+                "serve",
+                "--port",
+                str(webhooks_only.port),
+            ],
+            cwd=ROOT,
+            env=webhooks_only.env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+    def up() -> bool:
+        try:
+            return httpx.get(webhooks_only.url + "/healthz", timeout=1).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    wait_for("serve", up)
+    webhooks_only.proc.send_signal(signal.SIGHUP)
+    time.sleep(1.0)
+    assert webhooks_only.proc.poll() is None, webhooks_only.text()
+    assert post_webhook(webhooks_only.url, SECRET, "after-hup") == 200
