@@ -138,6 +138,13 @@ _BASE_STAGES = frozenset({"merge", "update_branch"})
 _DEPLOY_STAGES = frozenset({"deployment", "live_version"})
 
 
+def _with_spend(data: dict[str, Any], rec: Pipeline | None) -> dict[str, Any]:
+    """A new run's data, with the review spend of the runs before (``status`` counts the
+    spend from the records: a new run dropped the earlier runs' own)."""
+    spend = rec.data.get("review_spend") if rec is not None else None
+    return {**data, "review_spend": spend} if spend else data
+
+
 def _concerned(
     active: Iterable[Pipeline], repo: str, event: Event, gone: frozenset[str] = frozenset()
 ) -> set[str]:
@@ -676,7 +683,7 @@ class Deliveries:
                 version=rec.version if rec is not None else 0,
                 restart=rec is not None,  # a new run of a pipeline that ended
                 stage=delivery.stage,
-                data=delivery_to_data(delivery),
+                data=_with_spend(delivery_to_data(delivery), rec),
                 wake_at=iso(now),
             )
         )

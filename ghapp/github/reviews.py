@@ -309,20 +309,30 @@ class Reviews:
     def _record(self, job: ReviewJob, findings: ReviewFindings) -> bool:
         """Keep ``findings`` in the pipeline's data and make it due now, if it still waits
         for this request (a new push asked for another one meanwhile: dropped). True when
-        they were recorded or are no longer wanted."""
+        they were recorded or are no longer wanted. What the agent spent is kept with the
+        delivery either way, unless it has ended meanwhile (an ended record takes no more
+        data: that spend is said in the log, and counted nowhere)."""
         for _ in range(5):
             with self.hub.store.read() as tx:
                 rec = tx.get("pipeline", job.pipeline)
             if not isinstance(rec, Pipeline) or rec.ended:
+                if findings.started_at and (findings.cost_usd or findings.tokens):
+                    log.warning(
+                        "review %s ended while its agent ran: its spend ($%s, %s tokens) "
+                        "is not counted toward the daily caps",
+                        job.pipeline, findings.cost_usd, findings.tokens,
+                    )  # fmt: skip
                 return True
-            if waiting_for(rec.data) != job.request:
+            wanted = waiting_for(rec.data) == job.request
+            if not wanted:
                 log.info("review %s: %s is no longer asked for", job.pipeline, job.request)
-                return True
+                if not findings.started_at:
+                    return True
             data = dict(rec.data)
-            data["findings"] = to_data(findings)
+            if wanted:
+                data["findings"] = to_data(findings)
             if findings.started_at:  # an agent ran: what it spent, kept with the delivery
                 data["review_spend"] = review_spend(data, job.request, findings)
-            now = iso(self.hub.clock())
             out = self.hub.ledger.decide(
                 k.Advance(
                     pipeline=job.pipeline,
@@ -330,7 +340,9 @@ class Reviews:
                     version=rec.version,
                     stage=rec.stage,
                     data=data,
-                    wake_at=now,
+                    # findings: decide now; the spend of a review no longer wanted alone:
+                    # the next decision comes when it was due
+                    wake_at=iso(self.hub.clock()) if wanted else rec.wake_at,
                     actions=(),
                 )
             )

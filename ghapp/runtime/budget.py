@@ -6,9 +6,10 @@ report tokens but no cost). A day is a calendar day in the rules' ``timezone``; 
 counted are those that *started* that day, with the figures their agents reported when
 they finished. The runs of review agents (a delivery policy's ``review = "agent:NAME"``)
 count too, from when each started: their spend is kept with the delivery
-(``review_spend`` in its record's data). When a cap is reached no new turn or review
-starts: events stay pending on their matters and run when the cap is raised or the next
-day begins. A turn already running is never stopped by the cap (a rule's own
+(``review_spend`` in its record's data). When a cap is reached no new turn starts:
+events stay pending on their matters and run when the cap is raised or the next day
+begins. A review is not run then: its delivery raises a card, answered once the cap
+allows. A turn already running is never stopped by the cap (a rule's own
 ``budget_usd`` limits one turn).
 """
 
@@ -75,10 +76,12 @@ def cap_notice(rules: Rules, now: datetime, used: Usage) -> k.OwnerNotice | None
         title="Daily spend cap reached: no new agent turns today",
         text=(
             f"On {day} ({rules.timezone}) the agents used {' and '.join(reached)} "
-            f"in {used.turns} turns and reviews. No new turn or review starts; new events "
-            "wait, queued, and none is "
+            f"in {used.turns} turns and reviews. No new turn starts; new events wait, "
+            "queued, and none is "
             f"lost. They run from {resume_at.strftime('%Y-%m-%d %H:%M %Z')}, or at once if "
-            f"you raise the cap in {rules.path}. 'autoloop status' shows the spend."
+            f"you raise the cap in {rules.path}. A review a delivery asks for meanwhile is "
+            "not run: the delivery raises a card, to answer once the cap allows. 'autoloop "
+            "status' shows the spend."
         ),
     )
 

@@ -270,3 +270,60 @@ def test_review_agents_spend_counts_toward_the_daily_cap_and_shows_in_status(
         usage = read_status({"AUTOLOOP_HOME": str(home)})["usage"]["week"]  # (midnight)
         assert (usage["turns"], usage["reviews"]) == (0, 2)
         assert (usage["cost_usd"], usage["tokens"]) == (6.0, 2000)
+
+
+SLOW_COSTLY = """\
+import json, os, pathlib, sys, time
+marker = pathlib.Path(sys.argv[1])
+runs = int(marker.read_text()) + 1 if marker.exists() else 1
+marker.write_text(str(runs))
+if runs == 1:
+    time.sleep(3)  # a push comes meanwhile: these findings are no longer wanted
+spent = {"cost_usd": 1.5, "tokens": 100}
+pathlib.Path(os.environ["AUTOLOOP_REPORT"]).write_text(json.dumps(spent))
+print("```autoloop\\n" + json.dumps({"review": {"event": "COMMENT", "body": "Fine."}}) + "\\n```")
+"""
+
+
+def test_a_review_no_longer_wanted_and_earlier_runs_still_count_their_spend(
+    tmp_path: Path,
+) -> None:
+    """Findings that came after a push were dropped with what the agent spent; a new
+    run of the delivery (the label added again) dropped the runs before from status."""
+    script = tmp_path / "slow.py"
+    script.write_text(SLOW_COSTLY)
+    agents: dict[str, Any] = {
+        "demo": {"use": "demo"},
+        "slow": {"use": "command", "command": [sys.executable, str(script), str(tmp_path / "n")]},
+    }
+    with sandbox() as gh:
+        home = tmp_path / "home"
+        with live_server(
+            home, rules(agents=agents), env=settings_env(gh), connect_github=True
+        ) as live:
+            gh.world.set_app_url(live.url + "/github/webhook")
+            prepare(gh, review="agent:slow")
+            number, _ = open_pr(gh, {"feature.py": CODE})
+            gh.world.add_label("maintainer", number, "deliver-review")
+            wait_for("the first review to run", (tmp_path / "n").exists)
+            new_head = gh.world.push("contributor", "feature", {"feature.py": "x = 2\n"})
+            wait_for("reviewed", lambda: _reviewed_head(live, gh, number, new_head), 30)
+
+            def spent() -> list[float]:
+                return [e["cost_usd"] for e in record(live, gh, number).data["review_spend"]]
+
+            wait_for("both runs' spend", lambda: spent() == [1.5, 1.5])
+            gh.world.remove_label("maintainer", number, "deliver-review")
+            wait_for("cancelled", lambda: stage_is(live, gh, number, "cancelled"), 30)
+            gh.world.add_label("maintainer", number, "deliver-review")
+
+            def run_2_reviewed() -> bool:
+                rec = record(live, gh, number)
+                return rec.data.get("run") == 2 and rec.stage == "reviewed"
+
+            wait_for("run 2 reviewed", run_2_reviewed, 30)
+            runs = spent()
+            assert runs[:2] == [1.5, 1.5]  # the runs before are still counted
+            gh.world.set_app_url(None)
+        usage = read_status({"AUTOLOOP_HOME": str(home)})["usage"]["week"]  # (midnight)
+        assert (usage["reviews"], usage["cost_usd"]) == (len(runs), sum(runs))
