@@ -84,7 +84,8 @@ def concerned(d: Delivery, pull: Mapping[str, Any], about: Iterable[Event]) -> b
         elif event.type == "push":
             branch = _text(details, "branch")
             on_base = branch == d.base_ref and d.stage in _BASE_STAGES
-            if not branch or on_base or d.policy_problem:
+            changed = details.get("policy_changed") is True  # decide under the new policy
+            if not branch or on_base or d.policy_problem or changed:
                 return True
         else:
             return True  # the clock, a dispatch, anything else

@@ -519,9 +519,12 @@ def _push(event: str, p: Payload) -> list[_Draft]:
         "head_commit": _s(head.get("id")),
         "head_message": _text(head.get("message")),
         "commit_count": len(commits) if isinstance(commits, list) else None,
-        # the delivery policy's file added, changed or removed by a listed commit: the
-        # deliveries of the repository decide again under the policy as it is now
-        "policy_changed": any(
+        # the delivery policy's file added, changed or removed by a listed commit on the
+        # default branch (where it is read from): the deliveries of the repository decide
+        # again under the policy as it is now
+        "policy_changed": bool(ref)
+        and ref == f"refs/heads/{_s(_m(p.get('repository')).get('default_branch'))}"
+        and any(
             POLICY_PATH in files
             for c in (commits if isinstance(commits, list) else ())
             for key in ("added", "modified", "removed")

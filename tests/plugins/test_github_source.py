@@ -326,6 +326,18 @@ def test_push_details_carry_ref_and_shas() -> None:
     assert d["created"] is True
     assert d["deleted"] is False
     assert one("push", load("push/payload.json")).details["tag"] == "simple-tag"
+    assert d["policy_changed"] is False  # it added README.md
+
+
+def test_a_push_that_changes_the_policy_on_the_default_branch_says_so() -> None:
+    payload = load("push/with-new-branch.json")
+    payload["commits"][0]["modified"] = [".github/autoloop.toml"]
+    assert one("push", payload).details["policy_changed"] is True
+    payload["repository"]["default_branch"] = "main"  # a push to another branch
+    assert one("push", payload).details["policy_changed"] is False
+    payload["repository"]["default_branch"] = "master"
+    payload["commits"] = "not a list"
+    assert one("push", payload).details["policy_changed"] is False
 
 
 def test_installation_repositories_lists_the_added_repositories() -> None:

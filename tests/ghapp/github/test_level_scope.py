@@ -79,6 +79,10 @@ def test_a_push_concerns_deliveries_about_to_merge_into_that_branch() -> None:
     assert not concerned(delivery("merge"), PULL, [event("push", branch="docs")])
     assert not concerned(delivery("deployment", merge_sha=MERGE), PULL, [push])
     assert concerned(delivery("review", policy_problem="bad key"), PULL, [push])
+    # a push that changes the policy: every delivery decides again under it
+    changed = event("push", branch="main", policy_changed=True)
+    assert not concerned(delivery("review"), PULL, [push])
+    assert concerned(delivery("review"), PULL, [changed])
 
 
 def test_the_clock_concerns_every_delivery() -> None:
