@@ -438,6 +438,9 @@ def create_app(server: Server) -> Starlette:
             status = response.status_code
             error = _error_of(response) if status >= 400 else ""
             return response
+        except asyncio.CancelledError:  # as for a webhook (see github_webhook)
+            status, error = 503, "the server stopped before it could answer"
+            return _closing(_error(503, f"{error}; send it again"))
         finally:
             spec = server.source_secrets.get(source)
             server.source_log.request(

@@ -589,6 +589,29 @@ def test_a_ledger_error_at_start_is_one_line_not_a_traceback(
     )
 
 
+def trickle_at_stop(serve: Serve, head: bytes, body: bytes) -> bytes:
+    """Send ``head`` and the body's first bytes, stop ``serve`` (SIGTERM), go on sending
+    the body slowly (a sender within the server's allowance for it); the answer."""
+    assert serve.proc is not None
+    with socket.create_connection(("127.0.0.1", serve.port), timeout=30) as conn:
+        conn.sendall(head + body[:1000])
+        time.sleep(0.5)
+        serve.proc.send_signal(signal.SIGTERM)
+        answer = b""
+        sent = 1000
+        deadline = time.monotonic() + 20
+        conn.setblocking(False)
+        while time.monotonic() < deadline and b"\r\n\r\n" not in answer:
+            with contextlib.suppress(BlockingIOError, InterruptedError):
+                answer += conn.recv(65536)
+            if sent < len(body):  # a sender still trickling its body in
+                with contextlib.suppress(BlockingIOError, BrokenPipeError, ConnectionError):
+                    conn.send(body[sent : sent + 2000])
+                    sent += 2000
+            time.sleep(0.05)
+    return answer
+
+
 def test_a_body_still_arriving_when_serve_stops_gets_a_503_not_a_500_and_a_traceback(
     webhooks_only: Serve,
 ) -> None:
@@ -603,28 +626,42 @@ def test_a_body_still_arriving_when_serve_stops_gets_a_503_not_a_500_and_a_trace
         f"X-GitHub-Delivery: slow-1\r\nX-Hub-Signature-256: {sig}\r\n"
         f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
     ).encode()
-    with socket.create_connection(("127.0.0.1", webhooks_only.port), timeout=30) as conn:
-        conn.sendall(head + body[:1000])
-        time.sleep(0.5)
-        webhooks_only.proc.send_signal(signal.SIGTERM)
-        answer = b""
-        sent = 1000
-        deadline = time.monotonic() + 20
-        conn.setblocking(False)
-        while time.monotonic() < deadline and b"\r\n\r\n" not in answer:
-            with contextlib.suppress(BlockingIOError, InterruptedError):
-                answer += conn.recv(65536)
-            if sent < len(body):  # a sender still trickling its body in
-                with contextlib.suppress(BlockingIOError, BrokenPipeError, ConnectionError):
-                    conn.send(body[sent : sent + 2000])
-                    sent += 2000
-            time.sleep(0.05)
+    answer = trickle_at_stop(webhooks_only, head, body)
     assert answer.startswith(b"HTTP/1.1 503"), answer[:200]
     assert webhooks_only.proc.wait(timeout=30) == 0
     text = webhooks_only.text()
     assert "Traceback" not in text and "Exception in ASGI application" not in text
     (line,) = webhooks_only.lines("slow-1")
     assert " 503 " in line and "the server stopped before it could answer" in line
+
+
+def test_a_signed_sources_body_still_arriving_at_a_stop_gets_a_503_too(tmp_path: Path) -> None:
+    """``POST /v1/in/NAME`` reads its body as the webhook route does: at a stop it was
+    cancelled into a 500 and a traceback."""
+    home = tmp_path / "home"
+    shop_secret = "shop-secret-0123456789abcdef"
+    init_home(home)
+    doc = json.loads((home / "rules.json").read_text())
+    doc["sources"] = {"shop": {"adapter": "hmac"}}
+    edit_rules(home, doc)
+    serve = Serve(home, {"AUTOLOOP_SOURCE_SHOP_SECRET": shop_secret}, tmp_path / "serve.log")
+    try:
+        serve.start()
+        assert serve.proc is not None
+        body = json.dumps({"id": "o-1", "type": "order.paid", "summary": "x" * 600_000}).encode()
+        sig = "sha256=" + hmac.new(shop_secret.encode(), body, hashlib.sha256).hexdigest()
+        head = (
+            f"POST /v1/in/shop HTTP/1.1\r\nHost: x\r\nX-Signature-256: {sig}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        ).encode()
+        answer = trickle_at_stop(serve, head, body)
+        assert answer.startswith(b"HTTP/1.1 503"), answer[:200]
+        assert serve.proc.wait(timeout=30) == 0
+        text = serve.text()
+        assert "Traceback" not in text and "Exception in ASGI application" not in text
+        assert len(serve.lines("the server stopped before it could answer")) == 1
+    finally:
+        serve.stop()
 
 
 def test_sighup_stops_serve_as_sigterm_does(webhooks_only: Serve) -> None:
