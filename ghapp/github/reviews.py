@@ -232,6 +232,9 @@ class Reviews:
         (folder / "prompt.txt").write_text(prompt)
         with self._lock:
             self._folders[job.request] = folder
+        # One run of a request at a time here (ensure()): what still runs in its folder
+        # is an orphan of a process killed outright, which would write the same files.
+        stop_leftovers(folder)
         started_at = iso(self.hub.clock())
         result = self._run_agent(job, spec, folder, prompt)
 

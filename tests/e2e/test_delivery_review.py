@@ -8,6 +8,9 @@ review by the bot per head, and the PR's own text never reaches the agent's prom
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -327,3 +330,27 @@ def test_a_review_no_longer_wanted_and_earlier_runs_still_count_their_spend(
             gh.world.set_app_url(None)
         usage = read_status({"AUTOLOOP_HOME": str(home)})["usage"]["week"]  # (midnight)
         assert (usage["reviews"], usage["cost_usd"]) == (len(runs), sum(runs))
+
+
+def test_a_review_agent_left_running_by_a_killed_server_is_stopped_before_it_runs_again(
+    tmp_path: Path,
+) -> None:
+    """After ``kill -9`` of serve its review agent ran on (a session of its own); the
+    review asked again at the next start ran beside it, in the same folder."""
+    with sandbox() as gh, serving(gh, tmp_path / "home") as live:
+        prepare(gh, review="agent:demo")
+        number, head = open_pr(gh, {"feature.py": CODE})
+        folder = tmp_path / "home" / "reviews" / gh.repo / str(number) / head
+        orphan = subprocess.Popen(  # as a killed server's agent: its folder in its env
+            [sys.executable, "-c", "import time; time.sleep(60)"],
+            env={**os.environ, "AUTOLOOP_TURN_DIR": str(folder)},
+            start_new_session=True,
+        )
+        try:
+            gh.world.add_label("maintainer", number, "deliver-review")
+            wait_for("reviewed", lambda: stage_is(live, gh, number, "reviewed"), MERGE_TIMEOUT)
+            assert orphan.wait(timeout=10) == -signal.SIGKILL
+        finally:
+            if orphan.poll() is None:
+                orphan.kill()
+                orphan.wait()
