@@ -134,6 +134,9 @@ def old_inbox_path(ledger_file: Path) -> Path:
     return ledger_file.with_name(ledger_file.stem + ".inbox" + (ledger_file.suffix or ".db"))
 
 
+ABANDON_WAIT_S = 60.0  # at a stop, for the translator's batch in hand once it decides no more
+
+
 class InboxError(Exception):
     """The inbox's files cannot be opened (one line, for ``autoloop serve``)."""
 
@@ -392,10 +395,19 @@ class Inbox:
                     left = len(self._todo)
                 log.warning(
                     "the stop's %g s were not enough to decide every delivery acknowledged: "
-                    "%d stay in the inbox, and the next start decides them",
+                    "about %d stay in the inbox, and the next start decides them",
                     timeout, left,
                 )  # fmt: skip
-                self._translator.join()
+                self._translator.join(ABANDON_WAIT_S)  # its batch in hand (a ledger's wait)
+                if self._translator.is_alive():
+                    # Still in the ledger's hands: the files stay open under it (the
+                    # process ends; what is in them is the next start's).
+                    log.error(
+                        "the inbox's translator did not end within %g s more: its files are "
+                        "left open as they are, for the next start",
+                        ABANDON_WAIT_S,
+                    )
+                    return  # (its lock goes with the process)
             with self._cv:
                 self._translated = True
                 self._cv.notify_all()

@@ -721,3 +721,39 @@ def test_a_stop_that_outlasts_its_wait_leaves_the_rest_in_the_inbox_not_set_asid
     after = world.events()
     assert sorted(after) == sorted(d.delivery for d in items)
     assert all(not e.reason.startswith("not stored") for e in after.values())
+
+
+def test_a_batch_the_ledger_holds_past_the_stop_leaves_the_files_open_not_their_bodies_lost(
+    world: Ledgered, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Once the translator decides no more batches, the stop waits for its batch in hand
+    a bounded time (a ledger another process holds has no bound of its own); past it, the
+    files are left open under the batch rather than closed (its bodies read as damage)."""
+    slow = world.ledger.decide_many
+
+    def decide_many(*args: Any, **kw: Any) -> Any:
+        time.sleep(0.6)  # longer than the stop's two waits together
+        return slow(*args, **kw)
+
+    monkeypatch.setattr(world.ledger, "decide_many", decide_many)
+    monkeypatch.setattr(inbox_module, "ABANDON_WAIT_S", 0.1)
+    inbox = world.inbox()
+    inbox.start()
+    items = [delivery(n) for n in range(1, 201)]
+    assert submit_all(inbox, items) == [False] * len(items)
+    began = time.monotonic()
+    inbox.stop(timeout=0.1)
+    assert time.monotonic() - began < 0.6  # bounded: it did not wait for the batch
+    assert "did not end within 0.1 s more" in caplog.text
+    inbox._translator.join(30)  # it ends its batch, and decides no other
+    decided = world.events()
+    assert decided and all(not e.reason.startswith("not stored") for e in decided.values())
+    inbox._log.close()  # (the process would end here: its files and lock with it)
+    inbox._unlock_inbox()
+    monkeypatch.setattr(world.ledger, "decide_many", slow)
+    again = world.inbox()
+    again.start()
+    again.stop()
+    after = world.events()
+    assert sorted(after) == sorted(d.delivery for d in items)
+    assert all(not e.reason.startswith("not stored") for e in after.values())
