@@ -298,8 +298,22 @@ def hold(folder: Path) -> None:
     a worker started on this host after this one was killed takes the turn back at once
     rather than when its claim lapses (:func:`abandoned`)."""
     pid = os.getpid()
-    record = {"host": socket.gethostname(), "pid": pid, "mark": _process_mark(pid)}
+    record = {
+        "host": socket.gethostname(),
+        "ns": _pid_namespace(),
+        "pid": pid,
+        "mark": _process_mark(pid),
+    }
     (folder / HOLDER_FILE).write_text(json.dumps(record))
+
+
+def _pid_namespace() -> str:
+    """This process's pid namespace ("" where it cannot be read): containers may share a
+    host name and a home, and each sees the other's pids as its own or as none."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
 
 
 def abandoned(folder: Path) -> str:
@@ -313,7 +327,7 @@ def abandoned(folder: Path) -> str:
         return ""
     # Without a mark (no /proc) nothing here can tell; a restarted container's process
     # may have the same pid (1) as the one killed, but not its start time.
-    if host != socket.gethostname() or mark is None:
+    if host != socket.gethostname() or mark is None or record.get("ns") != _pid_namespace():
         return ""
     if alive(pid) and _process_mark(pid) == mark:
         return ""

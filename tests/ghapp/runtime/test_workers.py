@@ -289,6 +289,7 @@ def test_whether_a_turns_process_is_gone_is_told_by_pid_and_start_time(tmp_path:
     for changed, gone in (
         ({"pid": os.getpid()}, True),  # the pid is alive, but it is another process
         ({"host": "another-host"}, False),
+        ({"ns": "pid:[4026531999]"}, False),  # another container with the same host name
         ({"mark": None}, False),
     ):
         (folder / HOLDER_FILE).write_text(json.dumps({**record, **changed}))
