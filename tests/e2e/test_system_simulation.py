@@ -27,11 +27,13 @@ SLICE_SEEDS = range(1000, 1002)  # 10,000 steps in the test suite
 CI_SEEDS = range(1000, 1020)  # 100,000 steps: CI's simulation job, and --slow here
 CI_STEPS = 5_000
 
-# A merge whose answer is lost: the slice holds a handful of merges, and whether the
-# answer of one is lost varied from run to run (0 to 4 over seeds 1000-1007 in one hour,
-# 0 for 1000 and 1001 in every run of it), so the slice cannot promise it. CI's
-# simulation job (twenty seeds, 100,000 steps, --require-reached) requires it.
-SLICE_MAY_MISS = ("api response_lost of a merge",)
+# Paths a seed reaches a few times at most: a merge whose answer is lost, a delivery's
+# card a writer answers while it is open. Each request the product makes draws from the
+# seeded faults, so a change to the requests (one more reply, one read less) moves which
+# seeds reach them: at one commit seeds 1000 and 1001 reached each, a few commits later
+# neither did. The slice cannot promise them; CI's simulation job (twenty seeds, 100,000
+# steps, --require-reached) requires them (27 lost merge answers, 30 cards answered).
+SLICE_MAY_MISS = ("api response_lost of a merge", "card answered")
 
 _SUMMARIES: dict[int, SystemSummary] = {}  # each seed runs once, whichever test asks first
 
