@@ -45,6 +45,7 @@ back first.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -60,6 +61,7 @@ from ghapp.github.errors import (
     Unreachable,
 )
 from ghapp.github.outcomes import TAGGED, outcome_of, refusal
+from ghapp.github.snapshot import read_policy
 from ghapp.github.writes import (
     MARK,
     Target,
@@ -84,6 +86,8 @@ __all__ = [
     "subject_target",
     "target_of",
 ]
+
+log = logging.getLogger("autoloop.github")
 
 MAX_ATTEMPTS = 20  # then the action is recorded failed instead of retried forever
 REVIEW_EVENTS = ("APPROVE", "REQUEST_CHANGES", "COMMENT")
@@ -219,6 +223,15 @@ class GitHubExecutor:
 
     def _label(self, action: Action, t: Target, retry: bool) -> JSON:
         want = _names(action.params, "labels", single="label")
+        # A delivery label ends in a merge: a person with write access adds it, never an
+        # agent (the write-back acts as this App, or in the Action as a person's token,
+        # whose label would count).
+        ours = {name.casefold() for name in self._delivery_labels(t.repo)}
+        if refused := [n for n in want if n.casefold() in ours]:
+            raise ActionFailed(
+                f"{', '.join(refused)}: a delivery label is for a person with write access "
+                "to add, not an agent's write-back"
+            )
         todo = want
         if retry:
             have = self._label_names(self._issue(t))
@@ -234,6 +247,19 @@ class GitHubExecutor:
                 if rest:
                     self.client.add_labels(t.repo, t.number, rest)
         return {"labels": want, "added": todo, "read_back": read_back}
+
+    def _delivery_labels(self, repo: str) -> tuple[str, ...]:
+        """The delivery labels of ``repo``: the defaults and its policy's own names."""
+        names = {"deliver", "deliver-review"}
+        try:
+            policy = read_policy(self.client, repo)
+        except GitHubError as exc:  # the defaults still hold; the policy's names are unknown
+            log.warning("the delivery labels of %s cannot be read: %s", repo, exc)
+            return tuple(sorted(names))
+        labels = getattr(policy, "labels", None)
+        if labels is not None:
+            names |= {labels.deliver, labels.review}
+        return tuple(sorted(names))
 
     def _unlabel(self, action: Action, t: Target, retry: bool) -> JSON:
         want = _names(action.params, "labels", single="label")

@@ -290,6 +290,24 @@ def test_a_long_rate_limit_is_left_to_the_next_sweep(
         ex.perform(action("github.label", repo=sandbox.repo, number=number, labels=["x"]))
 
 
+def test_an_agents_write_back_may_not_add_a_delivery_label(
+    sandbox: SandboxHandle, ex: GitHubExecutor
+) -> None:
+    """A delivery label ends in a merge: added by an agent's write-back (in the Action,
+    with a person's token, as that person), it started a delivery."""
+    sandbox.world.push(
+        "maintainer", "main", {".github/autoloop.toml": '[deliver.labels]\ndeliver = "Ship-It"\n'}
+    )
+    number = sandbox.world.open_issue("reader", "Ship me")
+    path = f"/repos/{sandbox.repo}/issues/{number}/labels"
+    for names in (["bug", "Deliver"], ["deliver-review"], ["ship-it"]):
+        with pytest.raises(ActionFailed, match="a delivery label is for a person"):
+            ex.perform(action("github.label", repo=sandbox.repo, number=number, labels=names))
+    assert writes(sandbox, "POST", path) == 0
+    ex.perform(action("github.label", repo=sandbox.repo, number=number, labels=["bug"]))
+    assert writes(sandbox, "POST", path) == 1
+
+
 def test_an_action_that_keeps_failing_is_given_up(ex: GitHubExecutor) -> None:
     act = action("github.comment", attempts=20, repo="a/b", number=1, body="x")
     with pytest.raises(ActionFailed, match="gave up after 20 attempts"):
