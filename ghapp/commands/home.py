@@ -121,6 +121,21 @@ def _stamp(path: Path) -> tuple[str, int, int] | None:
     return str(path), st.st_mtime_ns, st.st_size
 
 
+def _id_key(home: Path) -> bytes:
+    """The key of the digest stored with an id that held a secret (see
+    :func:`ghapp.runtime.hub.masked_key`), derived from ``master.key``; none without one
+    (a home whose key cannot be read refuses what needs it, elsewhere)."""
+    import hmac  # noqa: PLC0415  # only where a hub is made
+
+    from ghapp.runtime.settings import SettingsError  # noqa: PLC0415  # (as above)
+
+    try:
+        master = read_master_key(home)
+    except SettingsError:
+        return b""
+    return hmac.digest(master, b"autoloop: digests of masked ids", "sha256")
+
+
 def read_master_key(home: Path) -> bytes:
     """The bytes of ``master.key`` (surrounding white space dropped), checked for strength.
 
@@ -223,6 +238,7 @@ class Home:
             channel_makers=channel_makers(self.env, console=console),
             redact=redact,
             lease_margin_s=lease_margin_from_env(self.env),
+            id_key=_id_key(self.home),
             **kw,  # type: ignore[arg-type]  # callers pass Hub keyword arguments through
         )
         hub.cards.hints.update(CHANNEL_HINTS)

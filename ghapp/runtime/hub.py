@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import hmac
 import logging
 import math
 import threading
@@ -109,15 +110,19 @@ def _secret_key(name: str) -> bool:
 _PLAIN = (int, float, bool, type(None))
 
 
-def masked_key(redact: Redact, value: str) -> str:
+def masked_key(redact: Redact, value: str, key: bytes = b"") -> str:
     """``value``, a key of the ledger (an event's id, a matter), as it may be stored: as it
     is when it holds no secret, else masked and followed by the first 16 hex digits of
-    its SHA-256, so that a key the masks would make equal to another stays apart from it
-    and the same key sent again is still found a duplicate."""
+    its HMAC-SHA-256 under ``key`` (a key of this install's: a plain digest would let a
+    guess of a short secret be checked against it), so that a key the masks would make
+    equal to another stays apart from it and the same key sent again is still found a
+    duplicate. Without ``key``, a plain SHA-256."""
     shown = redact(value)
     if shown == value:
         return value
-    return f"{shown}~{hashlib.sha256(value.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}"
+    data = value.encode("utf-8", "surrogatepass")
+    digest = hmac.new(key, data, "sha256") if key else hashlib.sha256(data)
+    return f"{shown}~{digest.hexdigest()[:16]}"
 
 
 class RedactingLedger(Ledger):
@@ -141,9 +146,11 @@ class RedactingLedger(Ledger):
         rules: Callable[[], Rules],
         clock: Callable[[], datetime],
         redact: Redact,
+        id_key: bytes = b"",
     ) -> None:
         super().__init__(store, rules, clock)
         self.redact = redact
+        self.id_key = id_key  # keys the digest of an id or matter that held a secret
 
     def clean(self, inp: k.Input) -> k.Input:
         r = self.redact
@@ -152,7 +159,7 @@ class RedactingLedger(Ledger):
             return k.Ingest(
                 event=Event(
                     source=ev.source,
-                    id=masked_key(r, ev.id),
+                    id=masked_key(r, ev.id, self.id_key),
                     type=ev.type,
                     # a subject is part of a matter's id, a key of the ledger: PostgreSQL
                     # refuses NUL characters in keys (SQLite would take them)
@@ -161,7 +168,7 @@ class RedactingLedger(Ledger):
                     link=r(ev.link),
                     hops=ev.hops,
                     details=scrub(dict(ev.details), r),
-                    matter=masked_key(r, ev.matter) if ev.matter else ev.matter,
+                    matter=masked_key(r, ev.matter, self.id_key) if ev.matter else ev.matter,
                 ),
                 ignore=inp.ignore,
                 content_key=inp.content_key,
@@ -206,12 +213,13 @@ class Hub:
         on_card: Callable[[Card], None] | None = None,
         on_turn: Callable[[str, Turn], None] | None = None,
         lease_margin_s: float = LEASE_MARGIN_S,
+        id_key: bytes = b"",
     ) -> None:
         self.home = home
         self.store = store
         self.rules = rules
         self.clock = clock
-        self.ledger: Ledger = RedactingLedger(store, rules, clock, redact)
+        self.ledger: Ledger = RedactingLedger(store, rules, clock, redact, id_key)
         self.agent_for = agent_for
         self.redact = redact
         self.on_turn = on_turn

@@ -429,6 +429,7 @@ def test_the_hubs_cleaning_keeps_every_field_of_an_ingest_and_masks_the_texts() 
     inp = k.Ingest(event=Event(**values), ignore="caused by this app", content_key="github:ab")
     ledger = RedactingLedger.__new__(RedactingLedger)
     ledger.redact = Redactor().redact
+    ledger.id_key = b"an install's own key"
     out = ledger.clean(inp)
     assert isinstance(out, k.Ingest)
     assert out.ignore == "caused by this app"
@@ -446,6 +447,11 @@ def test_the_hubs_cleaning_keeps_every_field_of_an_ingest_and_masks_the_texts() 
     assert all(token not in v and other not in v for v in ids + matters)
     assert all(v.startswith(("run-[REDACTED", "m/[REDACTED")) for v in ids + matters)
     assert ids[0] == ids[2] != ids[1] and matters[0] == matters[2] != matters[1]
+    # the digest is keyed: without the key, a guess of a short secret cannot be checked
+    ledger.id_key = b"another install's key"
+    again = ledger.clean(k.Ingest(event=Event(**{**values, "id": f"run-{token}"})))
+    assert isinstance(again, k.Ingest) and again.event.id != ids[0]
+    assert again.event.id.split("~")[0] == ids[0].split("~")[0]
     texts = [out.event.subject, out.event.summary, out.event.link, out.event.details["body"]]
     assert all(token not in t for t in texts) and all(t for t in texts)
     assert out.event.subject.startswith("o/r#1 ")
