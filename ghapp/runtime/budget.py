@@ -91,6 +91,8 @@ class FactReader(Protocol):  # the part of a store transaction the meter reads
         self, after: int = 0, limit: int | None = None, *, types: tuple[str, ...] = ()
     ) -> list[tuple[int, str, f.Fact]]: ...
 
+    def facts_since(self, at: str) -> int: ...
+
 
 @dataclass(slots=True)
 class _Spent:
@@ -111,7 +113,13 @@ class UsageMeter:
     after: int = 0  # the last fact seq read
     turns: dict[str, _Spent] = field(default_factory=dict)
 
-    def refresh(self, tx: FactReader) -> None:
+    def refresh(self, tx: FactReader, since: str = "") -> None:
+        """Read the facts appended since the last look; the first look starts a day
+        before ``since`` (the oldest instant asked about: a turn started before it is not
+        counted), not at the ledger's first fact (every delivery's decisions, decoded)."""
+        if self.after == 0 and since:
+            margin = iso(datetime.fromisoformat(since) - timedelta(days=1))  # clocks apart
+            self.after = tx.facts_since(margin)
         types = ("TurnStarted", "TurnFinished", "PipelineAdvanced")
         for seq, _, fact in tx.facts(self.after, types=types):
             if isinstance(fact, f.TurnStarted):

@@ -312,7 +312,7 @@ class Hub:
         now = self.clock()
         _, start, end = day_bounds(now, rules.timezone)
         with self._usage_lock, self.store.read() as tx:
-            self._usage.refresh(tx)
+            self._usage.refresh(tx, since=start)
             used = self._usage.usage(start, end)
             owner = [c for c in tx.query("card", matter=OWNER_MATTER) if isinstance(c, Card)]
         told = {c.key for c in owner}

@@ -109,6 +109,8 @@ class Tx(Protocol):
 
     def fact_count(self) -> int: ...
 
+    def facts_since(self, at: str) -> int: ...
+
     def records(self) -> Iterator[Record]: ...
 
     def replace_records(self, records: Iterable[Record]) -> None: ...
@@ -511,6 +513,25 @@ class SqlTx:
     def fact_count(self) -> int:
         self.cur.execute("SELECT count(*) FROM facts")
         return int(self.cur.fetchone()[0])
+
+    def facts_since(self, at: str) -> int:
+        """The seq after which the facts recorded at ``at`` or later begin (ISO instants
+        compare as text), found by halving over the seqs (about 40 reads of the primary
+        key for a million facts; no index on the time). Facts are recorded in time order,
+        but for clocks of replicas apart by a moment: a caller that must see every fact
+        of a window asks from a margin before it."""
+        low, high = 0, self.last_fact()  # facts after low may be at or after; up to high
+        while low < high:
+            mid = (low + high + 1) // 2
+            self.cur.execute(
+                self._q("SELECT seq, at FROM facts WHERE seq >= ? ORDER BY seq LIMIT 1"), (mid,)
+            )
+            row = self.cur.fetchone()
+            if row is None or str(row[1]) >= at:
+                high = mid - 1
+            else:
+                low = int(row[0])
+        return low
 
     def records(self) -> Iterator[Record]:
         if not _kernel_loaded:

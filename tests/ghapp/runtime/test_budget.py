@@ -8,7 +8,7 @@ where a day begins.
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -199,5 +199,35 @@ def test_the_usage_meter_reads_only_new_turn_facts_and_agrees_with_the_turns(
         _, later, later_end = day_bounds(datetime(2026, 12, 30, tzinfo=UTC), "UTC")
         assert meter.usage(later, later_end) == Usage()
         assert meter.turns == {}
+    finally:
+        store.close()
+
+
+def test_the_meters_first_look_starts_a_day_before_the_window_not_at_the_first_fact(
+    tmp_path: Path,
+) -> None:
+    """With caps set, the first claim after a start read every fact of the ledger's life
+    (every delivery's decisions among them): it starts a day before today."""
+    rules = rules_of(rule(parallel=True))
+    store = open_store(f"sqlite:///{tmp_path / 'ledger.db'}")
+    clock = [T0]
+    led = Ledger(store, lambda: rules, lambda: clock[0])
+
+    def run_turn(n: int, usd: float) -> None:
+        led.decide(k.Ingest(event=ev(str(n), subject=f"s{n}")))
+        turn = str(led.decide(k.Claim(matter=f"r/s{n}", worker="w")).reply.data["turn"])
+        out = k.AgentOutcome(started=True, ok=True, final_message="", tokens=1, cost_usd=usd)
+        led.decide(k.Finish(turn=turn, fence=n, outcome=out))
+
+    try:
+        for day in range(10):
+            clock[0] = T0 + timedelta(days=day)
+            run_turn(day + 1, 1.0)
+        _, start, end = day_bounds(clock[0], "UTC")
+        meter = UsageMeter()
+        with store.read() as tx:
+            meter.refresh(tx, since=start)
+        assert sorted(meter.turns) == ["t10", "t9"]  # read from a day before today only
+        assert meter.usage(start, end) == Usage(turns=1, tokens=1, cost_usd=1.0)
     finally:
         store.close()

@@ -79,6 +79,23 @@ def test_a_failed_transaction_leaves_nothing(store: Store) -> None:
         assert tx.fact_count() == 0
 
 
+def test_the_facts_since_an_instant_are_found_without_reading_them_all(store: Store) -> None:
+    """The daily caps' first look read every fact from the first (each delivery's
+    decisions decoded): it starts where the facts of the window begin."""
+    clock = [T0]
+    led = Ledger(store, lambda: RULES, lambda: clock[0])
+    for day in range(5):  # three events a day, recorded in time order
+        for n in range(3):
+            clock[0] = T0 + timedelta(days=day, hours=n)
+            led.decide(k.Ingest(event=ev(f"{day}-{n}")))
+    with store.read() as tx:
+        assert tx.facts_since(iso(T0 - timedelta(days=1))) == 0  # before every fact
+        assert tx.facts_since(iso(T0 + timedelta(days=2))) == 6  # day 2 begins at seq 7
+        after = tx.facts_since(iso(T0 + timedelta(days=2, minutes=30)))
+        assert after == 7 and [seq for seq, _, _ in tx.facts(after)][:1] == [8]
+        assert tx.facts_since(iso(T0 + timedelta(days=9))) == 15  # after the last
+
+
 def test_unique_fact_keys_are_enforced(store: Store) -> None:
     fact = EventRecorded(seq=1, event=Event(source="x", id="1", type="t", subject="s"), at="")
     with store.write() as tx:
