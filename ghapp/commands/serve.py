@@ -31,6 +31,7 @@ import uvicorn
 
 from ghapp.commands import argtypes
 from ghapp.commands.home import Home, configure_logs, read_master_key, require_home, reset_logs
+from ghapp.commands.home_ledger import db_url
 from ghapp.runtime import crash
 from ghapp.runtime.inbox import Inbox, InboxError, inbox_path
 from ghapp.runtime.ingest import IngestQueue
@@ -405,8 +406,8 @@ def main(argv: list[str]) -> int:
         return 2
     port = sock.getsockname()[1]
     try:
+        refuse_damaged(db_url(env, settings.home))
         ctx = Home.open(env=dict(env), home=settings.home)
-        refuse_damaged(ctx.store)
         configure_logs(ctx)  # every log record redacted, until this function returns
         batch_lines(LOG_BATCH_S)  # a line per webhook: written together (see the handler)
         running = build(

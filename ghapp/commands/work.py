@@ -16,6 +16,7 @@ import threading
 
 from ghapp.commands.argtypes import poll_seconds, stop_wait_seconds, turns_at_once, worker_name
 from ghapp.commands.home import Home, configure_logs, home_from_env, require_home, reset_logs
+from ghapp.commands.home_ledger import db_url
 from ghapp.runtime.worker import WorkerLoop, second_stop, wait_for_turns
 from ghapp.store.base import StoreError
 from ghapp.store.sqlite import SqliteStore, refuse_damaged
@@ -72,8 +73,8 @@ def main(argv: list[str]) -> int:
         env = dict(os.environ)
         home = home_from_env(env)
         require_home(home, env)
+        refuse_damaged(db_url(env, home))
         ctx = Home.open(env=env, home=home)
-        refuse_damaged(ctx.store)
         rules = ctx.rules()
         configure_logs(ctx)
         hub = ctx.hub()

@@ -107,16 +107,21 @@ def file_damage(path: Path) -> str | None:
     return None if found == ["ok"] else "; ".join(found)[:300]
 
 
-def refuse_damaged(store: object) -> None:
-    """For a long-running process (serve, work) as it starts: a SQLite ledger that is
-    damaged is refused in one line (written into, the damage spreads, and what it holds
-    may be read wrong), rather than found by a later write."""
-    if not isinstance(store, SqliteStore) or not store.path.exists():
+def refuse_damaged(url: str) -> None:
+    """For a long-running process (serve, work) before it opens its ledger (opening may
+    write: a migration, the ledger's name): a SQLite ledger that is damaged is refused in
+    one line (written into, the damage spreads, and what it holds may be read wrong),
+    rather than found by a later write. Another backend, or no file yet: nothing to do."""
+    try:
+        path = sqlite_file(url)
+    except StoreError:  # a URL the store refuses says so itself when it is opened
         return
-    damage = file_damage(store.path)
+    if path is None or not path.exists():
+        return
+    damage = file_damage(path)
     if damage is not None:
         raise StoreError(
-            f"the ledger at {store.path} is damaged ({damage}): restore ledger.db from a "
+            f"the ledger at {path} is damaged ({damage}): restore ledger.db from a "
             "backup (see docs/deploy.md); 'autoloop doctor' checks it"
         )
 

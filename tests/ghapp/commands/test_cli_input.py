@@ -281,7 +281,7 @@ def test_serve_on_a_damaged_ledger_is_one_line(home: Home) -> None:
         timeout=60,
         check=False,
     )
-    refused(proc, "autoloop serve:", "cannot open the ledger", "not a database")
+    refused(proc, "autoloop serve:", "is damaged", "not a database", "restore ledger.db")
 
 
 @pytest.mark.parametrize(
@@ -352,6 +352,7 @@ def test_serve_and_work_refuse_a_ledger_damaged_where_a_write_does_not_reach(
         )
         line = refused(proc, f"autoloop {command[0]}:", f"the ledger at {ledger} is damaged")
         assert "restore ledger.db from a backup" in line
+        assert ledger.read_bytes() == bytes(data)  # refused before it was opened to write
 
 
 def test_a_lost_ledger_is_a_fail_row_of_doctor_as_every_command_refuses_it(home: Home) -> None:
