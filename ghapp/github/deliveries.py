@@ -66,7 +66,7 @@ from ghapp.github.outcomes import effect_action, write_result
 from ghapp.github.readcache import ReadCache
 from ghapp.github.reviews import ReviewJob, Reviews, waiting_for
 from ghapp.github.snapshot import Extras, read_policy, read_snapshot
-from ghapp.github.trigger import added_after, refused_label, say_refused
+from ghapp.github.trigger import added_after, other_label, refused_label, say_refused
 from ghapp.github.version import compare_with, probe_version
 from ghapp.github.writes import Target
 from ghapp.runtime.hub import Hub
@@ -594,27 +594,13 @@ class Deliveries:
         try:
             policy = self._policy(s.repo)
             labels = policy.labels if isinstance(policy, Policy) else Policy().labels
-            names = {n.casefold() for n in s.labels}
-            t = Target(s.repo, s.number)
-            if running == "review" and labels.deliver.casefold() in names:
-                label, why = (
-                    labels.deliver,
-                    (
-                        f"a review-only delivery (`{labels.review}`) runs on this pull request; "
-                        f"remove `{labels.review}`, then add `{labels.deliver}` again"
-                    ),
-                )
-            elif running == "deliver" and labels.review.casefold() in names:
-                label, why = (
-                    labels.review,
-                    (
-                        f"a delivery (`{labels.deliver}`) runs on this pull request, and it is "
-                        f"reviewed as part of it; `{labels.review}` is for a review without a merge"
-                    ),
-                )
-            else:
-                return
-            say_refused(self.client, self.bot_login, t, label, login=s.by, why=why, then="")
+            found = next(
+                (said for n in s.labels if (said := other_label(running, labels, n))), None
+            )
+            if found is not None:
+                label, why = found
+                t = Target(s.repo, s.number)
+                say_refused(self.client, self.bot_login, t, label, login=s.by, why=why, then="")
         except Exception as exc:  # the reply is a courtesy: GitHub's trouble stops nothing
             log.warning("delivery %s#%d: could not reply: %s", s.repo, s.number, exc)
 

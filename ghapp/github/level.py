@@ -55,7 +55,7 @@ from ghapp.github.level_carry import (
 )
 from ghapp.github.level_scope import concerned, has_label, labelled_pulls, named_pull, names_none
 from ghapp.github.snapshot import read_policy
-from ghapp.github.trigger import added_after, refused_label, say_refused
+from ghapp.github.trigger import added_after, other_label, refused_label, say_refused
 from ghapp.github.writes import Target, find_marked, marker
 from ghapp.runtime.hub import Hub
 from kernel.durations import iso
@@ -245,6 +245,8 @@ class LevelDeliveries:
             moved.started = True
         else:
             moved.before = work.delivery.stage
+            if event is not None and event.type == "pull_request.labeled":
+                self._other_label(t, work.delivery.mode, scope, event)
         moved.mode = work.delivery.mode
         self.carrier.decide(t, work, scope.policy, comments, moved)
         self.carrier.keep(t, work, scope.policy, moved)
@@ -283,6 +285,19 @@ class LevelDeliveries:
             seq=seq,
             shown_at=shown_at if isinstance(shown_at, str) else "",
         )
+
+    def _other_label(self, t: Target, running: str, scope: _Scope, event: Event) -> None:
+        """The other delivery label added by a person while a run goes on: one reply
+        saying why it starts nothing (as the server says it)."""
+        found = other_label(running, scope.labels, _text(event.details, "label"))
+        by = _text(event.details, "sender")
+        if found is None or not by:
+            return
+        label, why = found
+        try:
+            say_refused(self.client, self.bot_login, t, label, login=by, why=why, then="")
+        except GitHubError as exc:  # the reply is a courtesy: it stops nothing
+            log.warning("delivery %s: could not reply: %s", t, exc)
 
     def _start(
         self,

@@ -20,8 +20,9 @@ from datetime import datetime
 from ghapp.github.client import WRITERS, GitHubClient
 from ghapp.github.errors import GitHubError
 from ghapp.github.writes import Target, marker, say_once
+from pipeline.policy import Labels
 
-__all__ = ["added_after", "refused_label", "say_refused"]
+__all__ = ["added_after", "other_label", "refused_label", "say_refused"]
 
 log = logging.getLogger("autoloop.deliveries")
 
@@ -40,6 +41,24 @@ def added_after(at: str, ended_at: str) -> bool | None:
         return added >= ended.replace(microsecond=0)
     except (ValueError, TypeError):  # (naive against aware: unreadable as an order)
         return None
+
+
+def other_label(running: str, labels: Labels, added: str) -> tuple[str, str] | None:
+    """(the label, why it starts nothing) when ``added`` is the other delivery label of a
+    pull request whose run of mode ``running`` goes on (one run at a time: it was ignored
+    without a word); None for any other label."""
+    added = added.casefold()
+    if running == "review" and added == labels.deliver.casefold():
+        return labels.deliver, (
+            f"a review-only delivery (`{labels.review}`) runs on this pull request; "
+            f"remove `{labels.review}`, then add `{labels.deliver}` again"
+        )
+    if running == "deliver" and added == labels.review.casefold():
+        return labels.review, (
+            f"a delivery (`{labels.deliver}`) runs on this pull request, and it is "
+            f"reviewed as part of it; `{labels.review}` is for a review without a merge"
+        )
+    return None
 
 
 def refused_label(client: GitHubClient, t: Target, label: str, sender: str) -> tuple[str, str]:

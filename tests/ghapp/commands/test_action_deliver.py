@@ -393,6 +393,28 @@ def test_a_label_from_someone_who_cannot_merge_starts_nothing(runner: Runner) ->
     assert len([c for c in r.comments(number) if "autoloop:refused=" in c["body"]]) == 1
 
 
+def test_deliver_review_added_during_a_delivery_gets_one_reply(runner: Runner) -> None:
+    """The other delivery label, added while a run goes on, was ignored without a word
+    (the server replied; the Action did not)."""
+    r = runner
+    number, _ = prepare(r)
+    home = {"AUTOLOOP_MODE": "deliver", "AUTOLOOP_HOME": str(r.home)}
+    r.gh.world.add_label("maintainer", number, "deliver")
+    started = ok(r.run("pull_request", r.pull_labeled(number, "deliver", "maintainer"),
+                       run_id=8701, **home))  # fmt: skip
+    assert started.outputs["stage"] == "checks"
+    r.gh.world.add_label("maintainer", number, "deliver-review")
+    payload = r.pull_labeled(number, "deliver-review", "maintainer")
+    for run_id in (8702, 8703):  # a re-run says nothing more
+        ok(r.run("pull_request", payload, run_id=run_id, **home))
+    refused = [c["body"] for c in r.comments(number) if "autoloop:refused=" in c["body"]]
+    assert len(refused) == 1
+    assert (
+        "@maintainer: the `deliver-review` label did not start a delivery: a delivery "
+        "(`deliver`) runs on this pull request, and it is reviewed as part of it"
+    ) in refused[0]
+
+
 def pull_comment(r: Runner, login: str, number: int, text: str) -> dict[str, Any]:
     """``login`` comments ``text`` on pull request ``number``: the event's payload."""
     said = r.gh.world.comment(login, number, text)
