@@ -61,6 +61,7 @@ from pipeline import (
     decide,
     delivery_to_data,
     first_in_line,
+    next_in_line,
 )
 from pipeline.render import render
 from plugins.protocols import ActionFailed
@@ -171,8 +172,11 @@ class Carrier:
             answer, said = self.answers.answer(t, d, comments)
             moved.answered = said or moved.answered
             others = [o for o in self.known.values() if o.id != d.id]
+            first = first_in_line(d, others)
+            ahead = None if first else next_in_line(others, d.repo, d.base_ref)
             extras = Extras(
-                merge_queue_first=first_in_line(d, others),
+                merge_queue_first=first,
+                merge_queue_ahead=ahead.number if ahead is not None else 0,
                 results=tuple(work.results),
                 findings=work.findings,
                 versions=tuple(work.versions),

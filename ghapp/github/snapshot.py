@@ -79,6 +79,7 @@ class Extras:
     """What the shell learned on the pipeline's behalf, put into the snapshot as it is."""
 
     merge_queue_first: bool = True
+    merge_queue_ahead: int = 0  # when not first: the pull request first in line
     results: tuple[WriteResult, ...] = ()
     findings: ReviewFindings | None = None
     versions: tuple[VersionObservation, ...] = ()
@@ -201,6 +202,7 @@ def read_snapshot(
         deployments=deployments,
         versions=extras.versions,
         merge_queue_first=extras.merge_queue_first,
+        merge_queue_ahead=extras.merge_queue_ahead,
         results=extras.results,
         findings=extras.findings,
         answer=extras.answer,
