@@ -516,7 +516,7 @@ class SqlTx:
 
     def facts_since(self, at: str) -> int:
         """The seq after which the facts recorded at ``at`` or later begin (ISO instants
-        compare as text), found by halving over the seqs (about 40 reads of the primary
+        compare as text), found by halving over the seqs (about 20 reads of the primary
         key for a million facts; no index on the time). Facts are recorded in time order,
         but for clocks of replicas apart by a moment: a caller that must see every fact
         of a window asks from a margin before it."""

@@ -699,16 +699,19 @@ def test_a_stop_that_outlasts_its_wait_leaves_the_rest_in_the_inbox_not_set_asid
     it had still to read looked damaged, and thousands of acknowledged deliveries were
     recorded as "not stored" (a turn running kept the process alive meanwhile)."""
     slow = world.ledger.decide_many
+    go = threading.Event()  # nothing is decided before the stop begins
 
     def decide_many(*args: Any, **kw: Any) -> Any:
+        go.wait(30)
         time.sleep(0.05)  # a busy core, a ledger another process holds a while
         return slow(*args, **kw)
 
     monkeypatch.setattr(world.ledger, "decide_many", decide_many)
     inbox = world.inbox()
     inbox.start()
-    items = [delivery(n) for n in range(1, 401)]
+    items = [delivery(n) for n in range(1, 401)]  # 7 batches: 0.35 s of deciding at least
     assert submit_all(inbox, items) == [False] * len(items)
+    go.set()
     inbox.stop(timeout=0.2)
     inbox._translator.join(30)  # (it ended within the stop: whatever it did is done)
     decided = world.events()
@@ -716,7 +719,9 @@ def test_a_stop_that_outlasts_its_wait_leaves_the_rest_in_the_inbox_not_set_asid
     assert 0 < len(decided) < len(items)  # the stop's wait ended with deliveries left
     monkeypatch.setattr(world.ledger, "decide_many", slow)
     again = world.inbox()
-    assert again.start() == len(items) - len(decided)  # decided before it returns
+    # the rest, decided before it returns (with, at most, records decided before the stop
+    # whose release waited for the ledger's next sync: found to be duplicates)
+    assert again.start() >= len(items) - len(decided)
     again.stop()
     after = world.events()
     assert sorted(after) == sorted(d.delivery for d in items)
@@ -732,7 +737,7 @@ def test_a_batch_the_ledger_holds_past_the_stop_leaves_the_files_open_not_their_
     slow = world.ledger.decide_many
 
     def decide_many(*args: Any, **kw: Any) -> Any:
-        time.sleep(0.6)  # longer than the stop's two waits together
+        time.sleep(3.0)  # far longer than the stop's two waits together
         return slow(*args, **kw)
 
     monkeypatch.setattr(world.ledger, "decide_many", decide_many)
@@ -743,7 +748,7 @@ def test_a_batch_the_ledger_holds_past_the_stop_leaves_the_files_open_not_their_
     assert submit_all(inbox, items) == [False] * len(items)
     began = time.monotonic()
     inbox.stop(timeout=0.1)
-    assert time.monotonic() - began < 0.6  # bounded: it did not wait for the batch
+    assert time.monotonic() - began < 2.5  # bounded: it did not wait for the batch
     assert "did not end within 0.1 s more" in caplog.text
     inbox._translator.join(30)  # it ends its batch, and decides no other
     decided = world.events()
