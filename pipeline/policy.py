@@ -25,6 +25,7 @@ __all__ = [
     "Policy",
     "PolicyProblem",
     "ReviewRule",
+    "labels_of",
     "parse_policy",
 ]
 
@@ -126,6 +127,11 @@ _DELIVER_KEYS = (
 )
 _DEPLOY_KEYS = ("environment", "timeout", "version_url", "version_field", "matches")
 _LABEL_KEYS = ("deliver", "review")
+
+
+def labels_of(policy: Policy | PolicyProblem) -> Labels:
+    """The delivery labels a policy names; the defaults while it has a problem."""
+    return policy.labels if isinstance(policy, Policy) else Labels()
 
 
 def parse_policy(

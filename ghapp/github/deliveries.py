@@ -100,6 +100,7 @@ from pipeline import (
     next_in_line,
     start,
 )
+from pipeline.policy import labels_of as policy_labels
 from pipeline.snapshot import PullSnapshot
 from pipeline.stages import LINE_STAGES, POST_MERGE, Mode
 
@@ -557,7 +558,7 @@ class Deliveries:
         except Exception as exc:  # GitHub unreachable: the next sweep asks again
             log.warning("delivery labels of %s: cannot read the policy: %s", repo, exc)
             policy = Policy()
-        labels = policy.labels if isinstance(policy, Policy) else Policy().labels
+        labels = policy_labels(policy)
         return (labels.deliver, labels.review)
 
     def _policy(self, repo: str) -> Policy | PolicyProblem:
@@ -593,7 +594,7 @@ class Deliveries:
         ignored without a word (one run at a time per pull request). Say why, once."""
         try:
             policy = self._policy(s.repo)
-            labels = policy.labels if isinstance(policy, Policy) else Policy().labels
+            labels = policy_labels(policy)
             found = next(
                 (said for n in s.labels if (said := other_label(running, labels, n))), None
             )
@@ -616,7 +617,7 @@ class Deliveries:
         except Exception as exc:  # GitHub unreachable: the sweeper reconciles the PR later
             log.warning("delivery %s: cannot read the policy: %s", pid, exc)
             return set()
-        labels = policy.labels if isinstance(policy, Policy) else Policy().labels
+        labels = policy_labels(policy)
         names = {n.casefold() for n in s.labels}
         mode: Mode
         if labels.deliver.casefold() in names:

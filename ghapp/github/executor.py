@@ -74,6 +74,7 @@ from ghapp.github.writes import (
     thread_mentions,
 )
 from kernel.records import Action
+from pipeline.policy import labels_of
 from plugins.protocols import ActionFailed
 
 __all__ = [
@@ -256,10 +257,8 @@ class GitHubExecutor:
         except GitHubError as exc:  # the defaults still hold; the policy's names are unknown
             log.warning("the delivery labels of %s cannot be read: %s", repo, exc)
             return tuple(sorted(names))
-        labels = getattr(policy, "labels", None)
-        if labels is not None:
-            names |= {labels.deliver, labels.review}
-        return tuple(sorted(names))
+        labels = labels_of(policy)
+        return tuple(sorted(names | {labels.deliver, labels.review}))
 
     def _unlabel(self, action: Action, t: Target, retry: bool) -> JSON:
         want = _names(action.params, "labels", single="label")

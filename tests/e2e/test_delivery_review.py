@@ -12,6 +12,8 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -155,38 +157,56 @@ def _reviewed_head(live: Any, gh: SandboxHandle, number: int, head: str) -> bool
     return rec is not None and rec.stage == "reviewed" and rec.data["head_sha"] == head
 
 
-def test_a_failing_review_agent_raises_the_pipelines_card(tmp_path: Path) -> None:
-    script = tmp_path / "broken.py"
-    # what it says on stderr (a host, a path) is the operator's, not the PR's readers'
-    script.write_text(
-        "import sys\nprint('no review here')\n"
-        "sys.stderr.write('cannot reach db.internal.example:5432\\n')\nsys.exit(3)\n"
-    )
+@contextmanager
+def serving_agent(
+    tmp_path: Path, name: str, source: str, *args: str, **extra: Any
+) -> Iterator[tuple[SandboxHandle, Any]]:
+    """The sandbox and a server whose rules hold the script agent ``name`` (``source``,
+    run with ``args``) beside the demo agent (``extra``: more of the rules), its webhooks
+    on; the server's home is ``tmp_path / "home"``."""
+    script = tmp_path / f"{name}.py"
+    script.write_text(source)
     agents: dict[str, Any] = {
         "demo": {"use": "demo"},
-        "broken": {"use": "command", "command": [sys.executable, str(script)]},
+        name: {"use": "command", "command": [sys.executable, str(script), *args]},
     }
-    with sandbox() as gh:
-        home = tmp_path / "home"
-        with live_server(
-            home, rules(agents=agents), env=settings_env(gh), connect_github=True
-        ) as live:
-            gh.world.set_app_url(live.url + "/github/webhook")
-            prepare(gh, review="agent:broken")
-            number, _ = open_pr(gh, {"feature.py": CODE})
-            gh.world.add_label("maintainer", number, "deliver")
-            wait_for("blocked", lambda: stage_is(live, gh, number, "blocked"), MERGE_TIMEOUT)
-            rec = record(live, gh, number)
-            assert "review" in rec.data["card"]["key"], rec.data["card"]
-            assert rec.data["findings"]["error"] == (
-                "it exited with code 3 (the server's log says why)"
-            )
-            assert "db.internal" not in json.dumps(rec.data)
-            assert not [c for c in gh.world.state.repos[gh.repo].comments.values()
-                        if "db.internal" in c.body]  # fmt: skip
-            assert bot_reviews(gh, number) == []
-            assert own(gh, "PUT", "/merge") == 0
+    home = tmp_path / "home"
+    with (
+        sandbox() as gh,
+        live_server(
+            home, rules(agents=agents, **extra), env=settings_env(gh), connect_github=True
+        ) as live,
+    ):
+        gh.world.set_app_url(live.url + "/github/webhook")
+        try:
+            yield gh, live
+        finally:
             gh.world.set_app_url(None)
+
+
+# what it says on stderr (a host, a path) is the operator's, not the PR's readers'
+BROKEN = (
+    "import sys\nprint('no review here')\n"
+    "sys.stderr.write('cannot reach db.internal.example:5432\\n')\nsys.exit(3)\n"
+)
+
+
+def test_a_failing_review_agent_raises_the_pipelines_card(tmp_path: Path) -> None:
+    with serving_agent(tmp_path, "broken", BROKEN) as (gh, live):
+        prepare(gh, review="agent:broken")
+        number, _ = open_pr(gh, {"feature.py": CODE})
+        gh.world.add_label("maintainer", number, "deliver")
+        wait_for("blocked", lambda: stage_is(live, gh, number, "blocked"), MERGE_TIMEOUT)
+        rec = record(live, gh, number)
+        assert "review" in rec.data["card"]["key"], rec.data["card"]
+        assert rec.data["findings"]["error"] == (
+            "it exited with code 3 (the server's log says why)"
+        )
+        assert "db.internal" not in json.dumps(rec.data)
+        assert not [c for c in gh.world.state.repos[gh.repo].comments.values()
+                    if "db.internal" in c.body]  # fmt: skip
+        assert bot_reviews(gh, number) == []
+        assert own(gh, "PUT", "/merge") == 0
 
 
 SLOW_FIRST = """\
@@ -242,37 +262,26 @@ def test_review_agents_spend_counts_toward_the_daily_cap_and_shows_in_status(
 ) -> None:
     """A review agent's cost was counted nowhere: reviews ran past max_usd_per_day, and
     status said $0 and "not reached"."""
-    script = tmp_path / "costly.py"
-    script.write_text(COSTLY)
-    agents: dict[str, Any] = {
-        "demo": {"use": "demo"},
-        "costly": {"use": "command", "command": [sys.executable, str(script)]},
-    }
-    with sandbox() as gh:
-        home = tmp_path / "home"
-        with live_server(
-            home, rules(agents=agents, max_usd_per_day=5), env=settings_env(gh), connect_github=True
-        ) as live:
-            gh.world.set_app_url(live.url + "/github/webhook")
-            prepare(gh, review="agent:costly")
-            numbers = []
-            for i in range(2):  # $3 each: the cap of $5 is reached by the second
-                number = gh.world.open_pr("contributor", f"f{i}", f"F{i}", {f"f{i}.py": "x\n"})
-                gh.world.add_label("maintainer", number, "deliver-review")
-                wait_for("reviewed", lambda n=number: stage_is(live, gh, n, "reviewed"), 30)
-                numbers.append(number)
-            third = gh.world.open_pr("contributor", "f2", "F2", {"f2.py": "x\n"})
-            gh.world.add_label("maintainer", third, "deliver-review")
-            wait_for("blocked", lambda: stage_is(live, gh, third, "blocked"), MERGE_TIMEOUT)
-            findings = record(live, gh, third).data["findings"]
-            assert findings["error"] == "it was not run: today's spend cap (rules.json) is reached"
-            assert findings["started_at"] == "" and bot_reviews(gh, third) == []
-            spend = record(live, gh, numbers[0]).data["review_spend"]
-            assert [(e["cost_usd"], e["tokens"]) for e in spend] == [(3.0, 1000)]
-            gh.world.set_app_url(None)
-        usage = read_status({"AUTOLOOP_HOME": str(home)})["usage"]["week"]  # (midnight)
-        assert (usage["turns"], usage["reviews"]) == (0, 2)
-        assert (usage["cost_usd"], usage["tokens"]) == (6.0, 2000)
+    with serving_agent(tmp_path, "costly", COSTLY, max_usd_per_day=5) as (gh, live):
+        prepare(gh, review="agent:costly")
+        numbers = []
+        for i in range(2):  # $3 each: the cap of $5 is reached by the second
+            number = gh.world.open_pr("contributor", f"f{i}", f"F{i}", {f"f{i}.py": "x\n"})
+            gh.world.add_label("maintainer", number, "deliver-review")
+            wait_for("reviewed", lambda n=number: stage_is(live, gh, n, "reviewed"), 30)
+            numbers.append(number)
+        third = gh.world.open_pr("contributor", "f2", "F2", {"f2.py": "x\n"})
+        gh.world.add_label("maintainer", third, "deliver-review")
+        wait_for("blocked", lambda: stage_is(live, gh, third, "blocked"), MERGE_TIMEOUT)
+        findings = record(live, gh, third).data["findings"]
+        assert findings["error"] == "it was not run: today's spend cap (rules.json) is reached"
+        assert findings["started_at"] == "" and bot_reviews(gh, third) == []
+        spend = record(live, gh, numbers[0]).data["review_spend"]
+        assert [(e["cost_usd"], e["tokens"]) for e in spend] == [(3.0, 1000)]
+    home = tmp_path / "home"
+    usage = read_status({"AUTOLOOP_HOME": str(home)})["usage"]["week"]  # (midnight)
+    assert (usage["turns"], usage["reviews"]) == (0, 2)
+    assert (usage["cost_usd"], usage["tokens"]) == (6.0, 2000)
 
 
 SLOW_COSTLY = """\
@@ -293,43 +302,31 @@ def test_a_review_no_longer_wanted_and_earlier_runs_still_count_their_spend(
 ) -> None:
     """Findings that came after a push were dropped with what the agent spent; a new
     run of the delivery (the label added again) dropped the runs before from status."""
-    script = tmp_path / "slow.py"
-    script.write_text(SLOW_COSTLY)
-    agents: dict[str, Any] = {
-        "demo": {"use": "demo"},
-        "slow": {"use": "command", "command": [sys.executable, str(script), str(tmp_path / "n")]},
-    }
-    with sandbox() as gh:
-        home = tmp_path / "home"
-        with live_server(
-            home, rules(agents=agents), env=settings_env(gh), connect_github=True
-        ) as live:
-            gh.world.set_app_url(live.url + "/github/webhook")
-            prepare(gh, review="agent:slow")
-            number, _ = open_pr(gh, {"feature.py": CODE})
-            gh.world.add_label("maintainer", number, "deliver-review")
-            wait_for("the first review to run", (tmp_path / "n").exists)
-            new_head = gh.world.push("contributor", "feature", {"feature.py": "x = 2\n"})
-            wait_for("reviewed", lambda: _reviewed_head(live, gh, number, new_head), 30)
+    with serving_agent(tmp_path, "slow", SLOW_COSTLY, str(tmp_path / "n")) as (gh, live):
+        prepare(gh, review="agent:slow")
+        number, _ = open_pr(gh, {"feature.py": CODE})
+        gh.world.add_label("maintainer", number, "deliver-review")
+        wait_for("the first review to run", (tmp_path / "n").exists)
+        new_head = gh.world.push("contributor", "feature", {"feature.py": "x = 2\n"})
+        wait_for("reviewed", lambda: _reviewed_head(live, gh, number, new_head), 30)
 
-            def spent() -> list[float]:
-                return [e["cost_usd"] for e in record(live, gh, number).data["review_spend"]]
+        def spent() -> list[float]:
+            return [e["cost_usd"] for e in record(live, gh, number).data["review_spend"]]
 
-            wait_for("both runs' spend", lambda: spent() == [1.5, 1.5])
-            gh.world.remove_label("maintainer", number, "deliver-review")
-            wait_for("cancelled", lambda: stage_is(live, gh, number, "cancelled"), 30)
-            gh.world.add_label("maintainer", number, "deliver-review")
+        wait_for("both runs' spend", lambda: spent() == [1.5, 1.5])
+        gh.world.remove_label("maintainer", number, "deliver-review")
+        wait_for("cancelled", lambda: stage_is(live, gh, number, "cancelled"), 30)
+        gh.world.add_label("maintainer", number, "deliver-review")
 
-            def run_2_reviewed() -> bool:
-                rec = record(live, gh, number)
-                return rec.data.get("run") == 2 and rec.stage == "reviewed"
+        def run_2_reviewed() -> bool:
+            rec = record(live, gh, number)
+            return rec.data.get("run") == 2 and rec.stage == "reviewed"
 
-            wait_for("run 2 reviewed", run_2_reviewed, 30)
-            runs = spent()
-            assert runs[:2] == [1.5, 1.5]  # the runs before are still counted
-            gh.world.set_app_url(None)
-        usage = read_status({"AUTOLOOP_HOME": str(home)})["usage"]["week"]  # (midnight)
-        assert (usage["reviews"], usage["cost_usd"]) == (len(runs), sum(runs))
+        wait_for("run 2 reviewed", run_2_reviewed, 30)
+        runs = spent()
+        assert runs[:2] == [1.5, 1.5]  # the runs before are still counted
+    usage = read_status({"AUTOLOOP_HOME": str(tmp_path / "home")})["usage"]["week"]  # (midnight)
+    assert (usage["reviews"], usage["cost_usd"]) == (len(runs), sum(runs))
 
 
 def test_a_review_agent_left_running_by_a_killed_server_is_stopped_before_it_runs_again(

@@ -614,6 +614,14 @@ def trickle_at_stop(serve: Serve, head: bytes, body: bytes) -> bytes:
     return answer
 
 
+def stopped_with_a_503(serve: Serve, answer: bytes) -> None:
+    """``answer`` is a 503, and ``serve`` stopped cleanly, without a traceback."""
+    assert answer.startswith(b"HTTP/1.1 503"), answer[:200]
+    assert serve.proc is not None and serve.proc.wait(timeout=30) == 0
+    text = serve.text()
+    assert "Traceback" not in text and "Exception in ASGI application" not in text
+
+
 def test_a_body_still_arriving_when_serve_stops_gets_a_503_not_a_500_and_a_traceback(
     webhooks_only: Serve,
 ) -> None:
@@ -628,11 +636,7 @@ def test_a_body_still_arriving_when_serve_stops_gets_a_503_not_a_500_and_a_trace
         f"X-GitHub-Delivery: slow-1\r\nX-Hub-Signature-256: {sig}\r\n"
         f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
     ).encode()
-    answer = trickle_at_stop(webhooks_only, head, body)
-    assert answer.startswith(b"HTTP/1.1 503"), answer[:200]
-    assert webhooks_only.proc.wait(timeout=30) == 0
-    text = webhooks_only.text()
-    assert "Traceback" not in text and "Exception in ASGI application" not in text
+    stopped_with_a_503(webhooks_only, trickle_at_stop(webhooks_only, head, body))
     (line,) = webhooks_only.lines("slow-1")
     assert " 503 " in line and "the server stopped before it could answer" in line
 
@@ -656,11 +660,7 @@ def test_a_signed_sources_body_still_arriving_at_a_stop_gets_a_503_too(tmp_path:
             f"POST /v1/in/shop HTTP/1.1\r\nHost: x\r\nX-Signature-256: {sig}\r\n"
             f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
         ).encode()
-        answer = trickle_at_stop(serve, head, body)
-        assert answer.startswith(b"HTTP/1.1 503"), answer[:200]
-        assert serve.proc.wait(timeout=30) == 0
-        text = serve.text()
-        assert "Traceback" not in text and "Exception in ASGI application" not in text
+        stopped_with_a_503(serve, trickle_at_stop(serve, head, body))
         assert len(serve.lines("the server stopped before it could answer")) == 1
     finally:
         serve.stop()

@@ -272,15 +272,7 @@ def test_serve_on_a_damaged_ledger_is_one_line(home: Home) -> None:
     for name in ("ledger.db-wal", "ledger.db-shm"):
         (home.home / name).unlink(missing_ok=True)
     (home.home / "ledger.db").write_bytes(random_bytes(8192, 4))
-    proc = subprocess.run(
-        [sys.executable, "-m", "ghapp.commands.cli", "serve", "--port", "0"],
-        cwd=ROOT,
-        env=home.env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    proc = home.run("serve", "--port", "0", ok=False)
     refused(proc, "autoloop serve:", "is damaged", "not a database", "restore ledger.db")
 
 
@@ -341,15 +333,7 @@ def test_serve_and_work_refuse_a_ledger_damaged_where_a_write_does_not_reach(
     data[middle + 100 : middle + 4000] = bytes(3900)
     ledger.write_bytes(bytes(data))
     for command in (["serve", "--port", "0"], ["work"]):
-        proc = subprocess.run(
-            [sys.executable, "-m", "ghapp.commands.cli", *command],
-            cwd=ROOT,
-            env=home.env(),
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        proc = home.run(*command, ok=False)
         line = refused(proc, f"autoloop {command[0]}:", f"the ledger at {ledger} is damaged")
         assert "restore ledger.db from a backup" in line
         assert ledger.read_bytes() == bytes(data)  # refused before it was opened to write

@@ -69,9 +69,10 @@ def make_home(tmp_path: Path, rules: dict[str, Any] | None = None) -> Path:
     return home
 
 
-def doctor(env: dict[str, str], *args: str) -> tuple[int, dict[str, Any], str]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "ghapp.commands.cli", "doctor", "--json", *args],
+def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``autoloop ARGS`` as a new process with ``env``."""
+    return subprocess.run(
+        [sys.executable, "-m", "ghapp.commands.cli", *args],
         check=False,
         cwd=ROOT,
         env=env,
@@ -79,6 +80,10 @@ def doctor(env: dict[str, str], *args: str) -> tuple[int, dict[str, Any], str]:
         text=True,
         timeout=120,
     )
+
+
+def doctor(env: dict[str, str], *args: str) -> tuple[int, dict[str, Any], str]:
+    proc = cli(env, "doctor", "--json", *args)
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc.returncode, json.loads(proc.stdout), proc.stderr
 
@@ -306,15 +311,7 @@ def test_a_new_ledger_is_private_and_one_others_can_read_is_a_warning(tmp_path: 
     home = make_home(tmp_path, {"agents": {"demo": {"use": "demo"}}, "rules": []})
     env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOLOOP_")}
     env["AUTOLOOP_HOME"] = str(home)
-    proc = subprocess.run(
-        [sys.executable, "-m", "ghapp.commands.cli", "emit", "local", "ping", "x", "--id", "e1"],
-        check=False,
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = cli(env, "emit", "local", "ping", "x", "--id", "e1")
     assert proc.returncode == 0, proc.stderr
     ledger = home / "ledger.db"
     made = sorted(p.name for p in home.iterdir() if p.name.startswith("ledger.db"))

@@ -114,18 +114,16 @@ def test_turns_of_an_agent_placed_on_a_worker_run_only_there(home: Home, workers
         assert f"claimed by worker {t['worker']} " in why
 
 
-def test_a_killed_workers_turn_is_claimed_again_after_its_lease_and_the_orphan_is_stopped(
-    home: Home, workers: Workers
-) -> None:
+def killed_mid_turn(
+    home: Home, workers: Workers, *, timeout_s: int
+) -> tuple[Path, subprocess.Popen[str], list[int]]:
+    """Worker ``a`` killed (SIGKILL) while its agent hangs in a turn of a rule with
+    ``timeout_s``: the agents' log, the killed worker, and the agent's processes (left
+    running: it has a session of its own)."""
     log = home.root / "agent.log"
     hung = home.root / "hung.pids"
-    home.rules(
-        {
-            "agents": {"slow": agent("a", log, "--hang-once", str(hung))},
-            "rules": [{"name": "r", "on": {"type": ["ping"]}, "agent": "slow", "timeout_s": 4}],
-        }
-    )
-    home.base["AUTOLOOP_LEASE_MARGIN_S"] = "1"  # a claim lasts 4 + 1 s unless renewed
+    slow = {"name": "r", "on": {"type": ["ping"]}, "agent": "slow", "timeout_s": timeout_s}
+    home.rules({"agents": {"slow": agent("a", log, "--hang-once", str(hung))}, "rules": [slow]})
     first = workers.start("a")
     home.emit("ping", "acme/web#1", "e1")
     wait_for("the agent to hang", lambda: hung.exists() and hung.read_text().strip())
@@ -133,6 +131,14 @@ def test_a_killed_workers_turn_is_claimed_again_after_its_lease_and_the_orphan_i
     workers.cleanup.append(orphans[0])
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=10)
+    return log, first, orphans
+
+
+def test_a_killed_workers_turn_is_claimed_again_after_its_lease_and_the_orphan_is_stopped(
+    home: Home, workers: Workers
+) -> None:
+    home.base["AUTOLOOP_LEASE_MARGIN_S"] = "1"  # a claim lasts 4 + 1 s unless renewed
+    log, _, orphans = killed_mid_turn(home, workers, timeout_s=4)
     # The agent has a session of its own: killing the worker does not kill it.
     assert all(alive(p) for p in orphans)
     (t1,) = home.status()["turns"]
@@ -193,21 +199,7 @@ def test_a_worker_started_where_one_was_killed_takes_its_turn_back_at_once(
     """After ``kill -9`` of a worker, its turns stayed running until their claims lapsed
     (the rule's timeout_s plus two minutes): the next worker on the same host knows the
     process is gone, stops its agent and runs the turn again at once."""
-    log = home.root / "agent.log"
-    hung = home.root / "hung.pids"
-    home.rules(
-        {
-            "agents": {"slow": agent("a", log, "--hang-once", str(hung))},
-            "rules": [{"name": "r", "on": {"type": ["ping"]}, "agent": "slow", "timeout_s": 900}],
-        }
-    )
-    first = workers.start("a")
-    home.emit("ping", "acme/web#1", "e1")
-    wait_for("the agent to hang", lambda: hung.exists() and hung.read_text().strip())
-    orphans = [int(p) for p in hung.read_text().split()]
-    workers.cleanup.append(orphans[0])
-    first.send_signal(signal.SIGKILL)
-    first.wait(timeout=10)
+    log, first, orphans = killed_mid_turn(home, workers, timeout_s=900)
     (t1,) = home.status()["turns"]
     assert t1["state"] == "running" and all(alive(p) for p in orphans)
 
