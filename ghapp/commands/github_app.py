@@ -54,6 +54,9 @@ log = logging.getLogger("autoloop.github.app")
 CHANNEL_ADAPTER = "github-comment"
 SWEEP_VAR = "AUTOLOOP_GITHUB_SWEEP_S"
 DEFAULT_SWEEP_S = 300.0
+# a sweep waits this long at most for the webhooks acknowledged before it to be decided
+# (the inbox decides a delivery within its deferral, 10 s, however busy it is)
+SWEEP_SETTLE_S = 12.0
 # GitHub out of reach: the wait before asking who the App is again, doubling up to the cap.
 LOOKUP_FIRST_S = 1.0
 LOOKUP_MAX_S = 60.0
@@ -191,6 +194,13 @@ def _wire(
     sweeper = Sweeper(client, hub, every_s=sweep_every_s, outbox_every_s=outbox_every_s)
     sweeper.on_events = deliveries.on_events
     sweeper.labels_of = deliveries.labels_of
+
+    def decided() -> None:  # the webhooks acknowledged until now, in the ledger first
+        inbox = server.inbox
+        if inbox is not None:
+            inbox.settle(SWEEP_SETTLE_S, released=False)
+
+    sweeper.before_reconcile = decided
     return [answers, sweeper, deliveries]
 
 

@@ -91,6 +91,10 @@ class Sweeper:
         # The delivery labels of a repository (its policy's ``[deliver.labels]``; the
         # runner knows them): a pull request labelled with one is handed over.
         self.labels_of: Callable[[str], tuple[str, ...]] = lambda repo: DELIVER_LABELS
+        # Called before the pull requests are reconciled: the repositories are those the
+        # ledger's events name, and webhooks acknowledged a moment ago may still wait in
+        # the inbox (the server waits, boundedly, until they are decided).
+        self.before_reconcile: Callable[[], object] = lambda: None
         self.redelivered: dict[str, int] = {}  # delivery GUID -> redeliveries asked for
         self._start_seq = self._last_event()
         self.passes = 0  # sweeps completed (the first runs at start)
@@ -202,6 +206,7 @@ class Sweeper:
         return repos, seen
 
     def reconcile_pulls(self) -> list[str]:
+        self.before_reconcile()
         repos, seen = self._recent()
         out: list[str] = []
         for repo in sorted(repos):

@@ -187,7 +187,7 @@ def test_a_bots_label_starts_nothing_whatever_its_access(tmp_path: Path, whose: 
         number, head = open_pr(gh)
         gh.world.add_label(bot, number, "deliver")
         sweeper = next(x for x in live.running.extras if isinstance(x, Sweeper))
-        live.settle()  # (the repository is named by an event decided: see below)
+        live.settle()  # (the repository is named by an event decided)
         sweeper.sweep()
         wait_for("the refusal", lambda: len(refusals(gh, number)) == 1)
         (said,) = refusals(gh, number)
@@ -211,10 +211,9 @@ def test_a_label_found_by_the_sweep_counts_by_who_added_it(tmp_path: Path) -> No
         gh.world.add_label("maintainer", other, "deliver")
         gh.world.set_app_url(live.url + "/github/webhook")
         # The sweep looks in the repositories the ledger's events name: the policy's push,
-        # acknowledged, may still wait in the inbox under load (the translator defers
-        # while the webhooks come); then the sweep found no repository, and the test
-        # waited for a delivery nothing started. A later sweep would find it.
-        live.settle()
+        # acknowledged, could still wait in the inbox under load (the translator defers
+        # while webhooks come); the sweep found no repository, and nothing started until
+        # the next sweep. It waits for the inbox now: no settle here.
         sweeper.sweep()
         wait_for("delivered", lambda: stage_is(live, gh, other, "delivered"), MERGE_TIMEOUT)
         wait_for("the refusal", lambda: len(refusals(gh, number)) == 1)
@@ -238,7 +237,7 @@ def test_the_sweep_finds_a_pull_request_by_the_policys_own_label_in_any_case(
         number, _ = open_pr(gh)
         gh.world.add_label("maintainer", number, "ship-it")
         gh.world.set_app_url(live.url + "/github/webhook")
-        live.settle()  # (the repository is named by an event decided: see above)
+        live.settle()  # (the repository is named by an event decided)
         sweeper.sweep()
         wait_for("delivered", lambda: stage_is(live, gh, number, "delivered"), MERGE_TIMEOUT)
         assert own(gh, "PUT", "/merge") == 1
