@@ -81,14 +81,23 @@ def _print_json(obj: Any) -> None:
     print(json.dumps(obj, indent=None, sort_keys=True, default=str))
 
 
-def _open() -> Home:
+def _open(*, writes: bool = False) -> Home:
     """The home named by AUTOLOOP_HOME; a folder that holds none is refused (exit 2)
-    before the ledger is made there, so a typo never looks like an empty install."""
+    before the ledger is made there, so a typo never looks like an empty install.
+
+    ``writes``: the command records something (emit, drain, answer, dismiss): a damaged
+    SQLite ledger is refused in one line before it is opened, as serve and work refuse
+    it (written into, the damage spreads where no write had reached)."""
     from ghapp.commands.home import Home, home_from_env, require_home  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
 
     env = dict(os.environ)
     home = home_from_env(env)
     require_home(home, env)
+    if writes:
+        from ghapp.commands.home_ledger import db_url  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+        from ghapp.store.sqlite import refuse_damaged  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+
+        refuse_damaged(db_url(env, home))
     ctx = Home.open(env=env, home=home)
     _OPENED.append(ctx)
     return ctx
@@ -166,7 +175,7 @@ def cmd_emit(args: argparse.Namespace) -> int:
         why = name_problem(name, getattr(args, name))
         if why is not None:
             return _die(2, f"emit: {why}")
-    ctx = _open()
+    ctx = _open(writes=True)
     try:
         details = read_details(args.details)
     except OSError as exc:  # the file's name once, and why: not "[Errno 2] ..."
@@ -221,7 +230,7 @@ def _turn_line(turn: Turn) -> str:
 def cmd_drain(args: argparse.Namespace) -> int:
     from ghapp.commands.show import Out  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
 
-    ctx = _open()
+    ctx = _open(writes=True)
     quiet = args.json
     out = Out()
     done: list[str] = []
@@ -533,7 +542,7 @@ def _who() -> str:
 
 
 def cmd_dismiss(args: argparse.Namespace) -> int:
-    ctx = _open()
+    ctx = _open(writes=True)
     by = _who()
     out = ctx.hub().dismiss(args.card, by=by)
     if not out.reply.ok:
@@ -546,7 +555,7 @@ def cmd_dismiss(args: argparse.Namespace) -> int:
 
 
 def cmd_answer(args: argparse.Namespace) -> int:
-    ctx = _open()
+    ctx = _open(writes=True)
     try:
         choice = int(args.choice)
     except ValueError:

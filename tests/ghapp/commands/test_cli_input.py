@@ -320,7 +320,8 @@ def test_serve_and_work_refuse_a_ledger_damaged_where_a_write_does_not_reach(
     home: Home, tmp_path: Path
 ) -> None:
     """Damage in pages no write touches: emit and serve went on writing into the file
-    without a word (doctor found it)."""
+    without a word (doctor found it). Every command that records refuses it, before it
+    opens the file; status still reads it."""
     details = tmp_path / "d.json"
     details.write_text(json.dumps({"text": "x" * 3000}))
     for n in range(30):
@@ -337,6 +338,15 @@ def test_serve_and_work_refuse_a_ledger_damaged_where_a_write_does_not_reach(
         line = refused(proc, f"autoloop {command[0]}:", f"the ledger at {ledger} is damaged")
         assert "restore ledger.db from a backup" in line
         assert ledger.read_bytes() == bytes(data)  # refused before it was opened to write
+    for command in (
+        ["emit", "local", "x", "s99", "--id", "99"],
+        ["drain"],
+        ["answer", "c1", "1"],
+        ["cards", "dismiss", "c1"],
+    ):
+        proc = home.run(*command, ok=False)
+        line = refused(proc, "autoloop:", f"the ledger at {ledger} is damaged")
+        assert ledger.read_bytes() == bytes(data), command
 
 
 def test_a_lost_ledger_is_a_fail_row_of_doctor_as_every_command_refuses_it(home: Home) -> None:
