@@ -82,13 +82,15 @@ MATTER: Table = {
     ("running", "TurnFinished"): "free",
 }
 
-# A pipeline is active until its machine ends it; an ended one is never moved again.
+# A pipeline is active until its machine ends it; an ended one takes notes (its data)
+# and moves again only for a new run.
 PIPELINE: Table = {
     (NEW, "PipelineAdvanced"): "active",
     (NEW, "PipelineAdvanced:ended"): "ended",  # decided and ended at once (a bad policy)
     ("active", "PipelineAdvanced"): "active",
     ("active", "PipelineAdvanced:ended"): "ended",
     ("active", "PipelineWoken"): "active",
+    ("ended", "PipelineAdvanced:ended"): "ended",  # a note: its data only (kernel.pipelines)
     ("ended", "PipelineAdvanced:restarted"): "active",  # a new run (labelled again)
     ("ended", "PipelineAdvanced:ended:restarted"): "ended",  # a new run ended at once
 }

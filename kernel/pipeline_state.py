@@ -21,6 +21,7 @@ def pipeline_advanced(st: State, fact: f.PipelineAdvanced) -> set[Key]:
     if fact.restarted:
         label += ":restarted"
     was = NEW if before is None else ("ended" if before.ended else "active")
+    noted = before is not None and before.ended and fact.ended and not fact.restarted
     move("pipeline", fact.pipeline, was, label)
     return {
         st.put(
@@ -34,7 +35,8 @@ def pipeline_advanced(st: State, fact: f.PipelineAdvanced) -> set[Key]:
                 ended=fact.ended,
                 cards=fact.cards,
                 started_at=fact.at if before is None or fact.restarted else before.started_at,
-                updated_at=fact.at,
+                # a note on an ended pipeline: it still ended when it ended
+                updated_at=before.updated_at if before is not None and noted else fact.at,
             )
         )
     }

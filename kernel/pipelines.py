@@ -12,7 +12,11 @@ that decision safe to act on:
 - **waking**: :class:`~kernel.inputs.Wake` (an event it waits on), a person's answer to
   its card and the result of its write make it due now (``wake_at``) and give it a new
   version, so that a decision made before, without that news, is stale. A write whose
-  params say ``"quiet": true`` (showing progress) wakes nobody when it ends.
+  params say ``"quiet": true`` (showing progress) wakes nobody when it ends;
+- **ended**: an ended pipeline is decided no more (``ended``) until a new run
+  (``restart``). It takes a *note*: an Advance that keeps it ended at the stage it ended
+  with and asks for nothing (no write, card, resolve or wake) changes only its data,
+  e.g. what a review agent that ran while it ended spent, which the daily caps count.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from kernel import facts as f
 from kernel.context import Context
 from kernel.inputs import Advance, PerformAction, Reply, Wake
 
-__all__ = ["advance", "wake", "wake_owner"]
+__all__ = ["advance", "is_note", "wake", "wake_owner"]
 
 
 def advance(ctx: Context, inp: Advance) -> Reply:
@@ -35,7 +39,7 @@ def advance(ctx: Context, inp: Advance) -> Reply:
             message=f"pipeline {inp.pipeline} is at version {have}, not {inp.version}",
             data={"version": have},
         )
-    if p is not None and p.ended and not inp.restart:
+    if p is not None and p.ended and not inp.restart and not is_note(inp, p.stage):
         return Reply(ok=False, code="ended", message=f"pipeline {inp.pipeline} has ended")
     if inp.restart and (p is None or not p.ended):
         return Reply(
@@ -88,6 +92,16 @@ def advance(ctx: Context, inp: Advance) -> Reply:
         code="advanced",
         message=f"pipeline {inp.pipeline}: {inp.stage}",
         data={"version": have + 1, "cards": cards, "actions": requested},
+    )
+
+
+def is_note(inp: Advance, stage: str) -> bool:
+    """``inp`` changes only the data of a pipeline that ended at ``stage``."""
+    return (
+        inp.ended
+        and not inp.restart
+        and inp.stage == stage
+        and not (inp.actions or inp.cards or inp.resolve or inp.wake_at)
     )
 
 

@@ -313,19 +313,39 @@ class Reviews:
         """Keep ``findings`` in the pipeline's data and make it due now, if it still waits
         for this request (a new push asked for another one meanwhile: dropped). True when
         they were recorded or are no longer wanted. What the agent spent is kept with the
-        delivery either way, unless it has ended meanwhile (an ended record takes no more
-        data: that spend is said in the log, and counted nowhere)."""
+        delivery either way, the daily caps count it: when the delivery ended while its
+        agent ran, as a note on the ended record (its data only)."""
         for _ in range(5):
             with self.hub.store.read() as tx:
                 rec = tx.get("pipeline", job.pipeline)
-            if not isinstance(rec, Pipeline) or rec.ended:
-                if findings.started_at and (findings.cost_usd or findings.tokens):
-                    log.warning(
-                        "review %s ended while its agent ran: its spend ($%s, %s tokens) "
-                        "is not counted toward the daily caps",
+            if not isinstance(rec, Pipeline):
+                return True
+            if rec.ended:
+                if not findings.started_at:
+                    return True
+                out = self.hub.ledger.decide(
+                    k.Advance(
+                        pipeline=job.pipeline,
+                        subject=rec.subject,
+                        version=rec.version,
+                        stage=rec.stage,
+                        data={
+                            **rec.data,
+                            "review_spend": review_spend(rec.data, job.request, findings),
+                        },
+                        ended=True,
+                    )
+                )
+                if out.reply.code == "advanced":
+                    log.info(
+                        "review %s ended while its agent ran: its spend ($%s, %s tokens) is "
+                        "kept with it, counted toward the daily caps",
                         job.pipeline, findings.cost_usd, findings.tokens,
                     )  # fmt: skip
-                return True
+                    return True
+                if out.reply.code not in ("stale", "active"):  # (a new run began: again)
+                    return False
+                continue
             wanted = waiting_for(rec.data) == job.request
             if not wanted:
                 log.info("review %s: %s is no longer asked for", job.pipeline, job.request)

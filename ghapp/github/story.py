@@ -238,6 +238,8 @@ class _Teller:
         self._raised.append(fact.card)
 
     def _advanced(self, fact: f.PipelineAdvanced) -> None:
+        if self.ended and fact.ended and not fact.restarted and fact.stage == self.stage:
+            return  # a note on the ended record (a review agent's spend): no decision
         data = fact.data
         self.decisions += 1
         self.subject = fact.subject or self.subject

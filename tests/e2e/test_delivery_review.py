@@ -20,6 +20,7 @@ from typing import Any
 from fakegithub.server import SandboxHandle
 from ghapp.commands.status import read_status
 from ghapp.github.deliveries import Deliveries
+from ghapp.github.story import read_story
 from tests.e2e.test_delivery_serve import (
     MERGE_TIMEOUT,
     own,
@@ -327,6 +328,36 @@ def test_a_review_no_longer_wanted_and_earlier_runs_still_count_their_spend(
         assert runs[:2] == [1.5, 1.5]  # the runs before are still counted
     usage = read_status({"AUTOLOOP_HOME": str(tmp_path / "home")})["usage"]["week"]  # (midnight)
     assert (usage["reviews"], usage["cost_usd"]) == (len(runs), sum(runs))
+
+
+def test_the_spend_of_a_review_whose_delivery_ended_while_it_ran_is_counted(
+    tmp_path: Path,
+) -> None:
+    """The label taken off while the review agent ran: the delivery ended, and what the
+    agent spent was said in the log and counted nowhere (an ended record took no data)."""
+    with serving_agent(tmp_path, "slow", SLOW_COSTLY, str(tmp_path / "n")) as (gh, live):
+        prepare(gh, review="agent:slow")
+        number, _ = open_pr(gh, {"feature.py": CODE})
+        gh.world.add_label("maintainer", number, "deliver-review")
+        wait_for("the review to run", (tmp_path / "n").exists)
+        gh.world.remove_label("maintainer", number, "deliver-review")
+        wait_for("cancelled", lambda: stage_is(live, gh, number, "cancelled"), 30)
+        ended_at = record(live, gh, number).updated_at
+
+        def spent() -> list[float]:
+            data = record(live, gh, number).data
+            return [e["cost_usd"] for e in data.get("review_spend") or ()]
+
+        wait_for("the review's spend", lambda: spent() == [1.5], 30)
+        rec = record(live, gh, number)
+        assert (rec.stage, rec.ended, rec.updated_at) == ("cancelled", True, ended_at)
+        assert bot_reviews(gh, number) == []  # its findings are no longer wanted
+        told = read_story(live.hub.store, f"{gh.repo}#{number}")
+        assert told is not None
+        ((run,),) = [told["runs"]]
+        assert (run["stage"], run["ended_at"]) == ("cancelled", ended_at)
+    usage = read_status({"AUTOLOOP_HOME": str(tmp_path / "home")})["usage"]["week"]  # (midnight)
+    assert (usage["reviews"], usage["cost_usd"], usage["tokens"]) == (1, 1.5, 100)
 
 
 def test_a_review_agent_left_running_by_a_killed_server_is_stopped_before_it_runs_again(

@@ -126,11 +126,16 @@ def test_the_kernel_walks_every_row_of_every_table(rows_used: set[tuple[str, str
     kn.step(k.Wake(pipelines=(pipe,)))
     kn.step(k.Advance(pipeline=pipe, subject="acme/web#7", version=2, stage="merge"))
     kn.step(k.Advance(pipeline=pipe, subject="acme/web#7", version=3, stage="done", ended=True))
+    kn.step(  # a note on the ended record: its data only
+        k.Advance(
+            pipeline=pipe, subject="acme/web#7", version=4, stage="done", ended=True, data={"n": 1}
+        )
+    )
     kn.step(k.Advance(pipeline="p/2", subject="s", version=0, stage="bad", ended=True))
     kn.step(
         k.Advance(pipeline="p/2", subject="s", version=1, stage="bad", ended=True, restart=True)
     )
-    kn.step(k.Advance(pipeline=pipe, subject="acme/web#7", version=4, stage="new", restart=True))
+    kn.step(k.Advance(pipeline=pipe, subject="acme/web#7", version=5, stage="new", restart=True))
     every = {(name, before, fact) for name, table in TABLES.items() for before, fact in table}
     assert every - rows_used == set()
     assert rows_used <= every

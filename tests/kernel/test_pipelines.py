@@ -136,3 +136,32 @@ def test_a_pipeline_that_ended_starts_a_new_run_only_when_asked() -> None:
     assert again.reply.code == "advanced"
     assert (pipe(kn).stage, pipe(kn).ended, pipe(kn).version) == ("review", False, 3)
     assert kn.replayed().records() == kn.state.records()
+
+
+def test_an_ended_pipeline_takes_a_note_of_data_and_nothing_else() -> None:
+    """What a review agent spent after its delivery ended is kept with the ended record
+    (the daily caps count it): only its data changes, it stays ended, and when it ended."""
+    kn = kernel()
+    advance(kn, 0, "review")
+    kn.advance(minutes=1)
+    advance(kn, 1, "cancelled", ended=True)
+    ended = pipe(kn)
+    kn.advance(minutes=2)
+    note = advance(kn, 2, "cancelled", ended=True, data={"review_spend": [{"at": "x"}]})
+    assert note.reply.code == "advanced"
+    p = pipe(kn)
+    assert (p.ended, p.stage, p.version, p.wake_at) == (True, "cancelled", 3, "")
+    assert dict(p.data) == {"review_spend": [{"at": "x"}]}
+    assert (p.started_at, p.updated_at) == (ended.started_at, ended.updated_at)
+    asks: list[dict[str, object]] = [
+        {"actions": (merge(),)},
+        {"cards": (k.CardSpec(key="n", title="FYI"),)},
+        {"resolve": ("n",)},
+        {"wake_at": iso(kn.now)},
+    ]
+    for more in asks:  # a note asks for nothing
+        assert advance(kn, 3, "cancelled", ended=True, **more).reply.code == "ended", more
+    assert advance(kn, 3, "review", ended=True).reply.code == "ended"  # another stage
+    assert advance(kn, 3, "cancelled").reply.code == "ended"  # not ended: a decision
+    assert kn.state.actions == {} and kn.state.cards == {}
+    assert kn.replayed().records() == kn.state.records()
