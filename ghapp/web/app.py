@@ -178,21 +178,33 @@ async def _read_body(
         declared = max(declared, 0)
     chunks: list[bytes] = []
     size = taken = 0
+    busy = False
     try:
         async with asyncio.timeout(BODY_S + declared / BODY_RATE):
             async for chunk in request.stream():
                 size += len(chunk)
                 if size > limit:
                     return _error(413, too_large)
+                if busy:
+                    continue  # read and let go (see below)
                 if budget is not None:
                     if not budget.take(len(chunk)):
                         log.warning(
                             "%s %s: refused with 503, %d bytes of bodies already being read",
                             request.method, request.url.path, budget.held,
                         )  # fmt: skip
-                        return _busy()
+                        # The rest of the body is read and let go before the answer:
+                        # closed with bytes unread, the connection was reset, and the
+                        # sender often got the reset, not the 503 that says "again".
+                        busy = True
+                        chunks.clear()
+                        budget.give(taken)  # what it held is free for the others now
+                        taken = 0
+                        continue
                     taken += len(chunk)
                 chunks.append(chunk)
+        if busy:
+            return _busy()
     except ClientDisconnect:
         log.warning(
             "%s %s: the client went away after %d byte(s) of its body; nothing was stored",
@@ -202,6 +214,8 @@ async def _read_body(
         )
         return _error(400, "the connection closed before the body was complete")
     except TimeoutError:
+        if busy:
+            return _busy()
         log.warning(
             "%s %s: the body did not arrive in time (%d of %s byte(s)); nothing was stored",
             request.method, request.url.path, size, length or "?",

@@ -415,3 +415,27 @@ def test_serve_under_a_hard_1024_limit_sheds_idle_connections_and_answers(
     assert shed >= 1100 - max_connections_for(1024)
     assert "open-file limit 1024 (hard limit 1024): up to 448 client connections" in text
     assert "Traceback" not in text and "accept() failed" not in text
+
+
+def test_a_large_body_refused_for_the_bound_gets_its_503_not_a_reset(
+    tmp_path: Path, stack: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Refused with bytes of its body still coming, the connection was closed unread: a
+    sender that writes its whole body before it reads (as most do) had its write reset,
+    a broken connection where the 503 says "send it again shortly"."""
+    monkeypatch.setattr(web_app, "BODY_BUDGET", 1_000_000)
+    big = json.dumps({"action": "opened", "pad": "x" * 20_000_000}).encode()
+    http = {"http": stack[0], "loop": stack[1]}
+    with live_server(tmp_path / "h", RULES, env=ENV, start_worker=False, http=http) as live:
+        host, port = address(live.url)
+        for _ in range(2):
+            with socket.create_connection((host, port)) as sender:
+                head = webhook_head(host).replace(
+                    f"Content-Length: {len(BODY)}".encode(), f"Content-Length: {len(big)}".encode()
+                )
+                sender.sendall(head + big)  # (without the fix: ConnectionResetError)
+                answer = read_response(sender)
+            assert answer.startswith(b"HTTP/1.1 503 "), answer[:200]
+            assert b"too many large requests at once" in answer
+            assert b"retry-after: 5" in answer.lower()
+        assert post(live.url, "issues", BODY).status_code == 200  # the bound was given back
