@@ -992,6 +992,30 @@ def ledger_failure(exc: BaseException) -> str | None:
     return f"the ledger failed: {type(exc).__name__}: {text}"
 
 
+def _failed(exc: Exception, prefix: str = "") -> int:
+    """Exit 2 with one line for an error of the user's setup that reached the top: a
+    refused configuration, a ledger that cannot be opened, a folder that cannot be made
+    or read (a home under a file, no permission); anything else is a bug, raised."""
+    from ghapp.store.base import StoreError  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+    from kernel.errors import ConfigError  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+
+    if isinstance(exc, ConfigError | StoreError):
+        line = str(exc)
+    elif isinstance(exc, OSError) and exc.filename is not None:
+        line = (
+            f"{exc.filename}: {exc.strerror or exc}: check the folders given "
+            "(AUTOLOOP_HOME, --home, --key-dir) and this user's access to them"
+        )
+    else:
+        line = ledger_failure(exc) or ""
+        if not line:
+            raise exc
+    if prefix:
+        print(f"{prefix}: {line}", file=sys.stderr)
+        return 2
+    return _die(2, line)
+
+
 def _main(args_list: list[str]) -> int:
     bad = _not_utf8(args_list)
     if bad is not None:
@@ -999,7 +1023,10 @@ def _main(args_list: list[str]) -> int:
     if args_list and args_list[0] in EXTERNAL:
         module, func = EXTERNAL[args_list[0]][0].split(":")
         entry = getattr(importlib.import_module(module), func)
-        code: int = entry(args_list[1:])
+        try:
+            code: int = entry(args_list[1:])
+        except Exception as exc:
+            return _failed(exc, f"autoloop {args_list[0]}")
         return code
     parser = build_parser(args_list[0] if args_list else None)
     try:
@@ -1014,15 +1041,7 @@ def _main(args_list: list[str]) -> int:
         result: int = args.func(args)
         return result
     except Exception as exc:
-        from ghapp.store.base import StoreError  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
-        from kernel.errors import ConfigError  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
-
-        if isinstance(exc, ConfigError | StoreError):
-            return _die(2, str(exc))
-        failure = ledger_failure(exc)
-        if failure is not None:
-            return _die(2, failure)
-        raise
+        return _failed(exc)
     except KeyboardInterrupt:
         return _die(1, "interrupted; nothing accepted was lost")
     finally:

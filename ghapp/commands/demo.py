@@ -386,6 +386,15 @@ def main(argv: list[str]) -> int:
         "--json", action="store_true", help="one JSON object at the end instead of the story"
     )
     args = p.parse_args(argv)
+    if args.home is not None and args.home.is_dir() and any(args.home.iterdir()):
+        # a home in use: the demo's webhooks went into its ledger, its old turns were
+        # told as the demo's, and the demo timed out waiting for its card
+        print(
+            f"autoloop demo: {args.home} holds files already: give --home a new or empty "
+            "folder, or leave --home out for a temporary one",
+            file=sys.stderr,
+        )
+        return 2
     home = args.home or Path(tempfile.mkdtemp(prefix="autoloop-demo-"))
     if args.json:
         demo = Demo(home, lambda s: None, only=args.only)

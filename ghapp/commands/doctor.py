@@ -63,6 +63,19 @@ class Check:
 # ------------------------------------------------------------------------------ local
 
 
+def _unwritable(home: Path) -> str:
+    """Why a file cannot be made in ``home`` (a read-only mount, an immutable folder, no
+    permission), or "". The test file has no name (``O_TMPFILE``) where the system
+    allows: nothing appears in the folder, and it is gone when closed."""
+    import tempfile  # noqa: PLC0415  # only this check needs it
+
+    try:
+        with tempfile.TemporaryFile(dir=home):
+            return ""
+    except OSError as exc:
+        return exc.strerror or str(exc)
+
+
 def home_checks(home: Path, db: str) -> list[Check]:
     if not home.is_dir():
         why = "is not a folder" if home.exists() else "does not exist"
@@ -74,8 +87,17 @@ def home_checks(home: Path, db: str) -> list[Check]:
             )
         ]
     mode = stat.S_IMODE(home.stat().st_mode)
+    unwritable = _unwritable(home)
     rows = [
-        Check("home folder", OK, f"{home}")
+        Check(
+            "home folder",
+            FAIL,
+            f"{home} cannot be written ({unwritable}): every command that records needs "
+            "it, and the ledger and turn folders live there; give this user write access "
+            "(or mount it writable)",
+        )
+        if unwritable
+        else Check("home folder", OK, f"{home}")
         if not mode & 0o077
         else Check(
             "home folder",

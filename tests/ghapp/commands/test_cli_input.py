@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import random
 import shutil
 import sqlite3
@@ -265,6 +266,36 @@ def test_random_bytes_in_master_key_are_one_line_or_work(home: Home) -> None:
         check=False,
     )
     refused(proc, "master.key is refused")
+
+
+def test_a_folder_that_cannot_be_made_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    """A home or key folder under a file: init, try and sandbox gave Python's
+    traceback (NotADirectoryError), demo its ConfigError's."""
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOLOOP_")}
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "ledger.db").write_text("")
+    cases = [
+        ({"AUTOLOOP_HOME": str(afile / "home")}, ["init"], f"{afile}/home: Not a directory"),
+        ({"AUTOLOOP_HOME": str(afile / "home")}, ["try"], f"{afile}/home/try: Not a directory"),
+        ({}, ["sandbox", "--key-dir", str(afile / "keys")], f"{afile}/keys: Not a directory"),
+        ({}, ["demo", "--home", str(afile)], "is not a folder"),
+        ({}, ["demo", "--home", str(busy)], f"{busy} holds files already"),
+    ]
+    for extra, args, words in cases:
+        proc = subprocess.run(
+            [sys.executable, "-m", "ghapp.commands.cli", *args],
+            cwd=ROOT,
+            env={**env, **extra},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        refused(proc, words)
+    assert sorted(p.name for p in busy.iterdir()) == ["ledger.db"]  # the demo left it alone
 
 
 def test_serve_on_a_damaged_ledger_is_one_line(home: Home) -> None:

@@ -619,3 +619,34 @@ def test_replicas_with_different_rules_are_told_at_start_and_by_doctor(
     finally:
         worker.terminate()
         worker.communicate(timeout=20)  # (reads the rest, and closes the pipe)
+
+
+def _immutable(folder: Path, on: bool) -> bool:
+    """``chattr +i`` (or ``-i``) on ``folder``; False where the system refuses it."""
+    chattr = shutil.which("chattr")
+    if chattr is None:
+        return False
+    flag = "+i" if on else "-i"
+    proc = subprocess.run([chattr, flag, str(folder)], capture_output=True, check=False)
+    return proc.returncode == 0
+
+
+def test_a_home_that_cannot_be_written_is_a_fail_row(tmp_path: Path) -> None:
+    """A home no file can be made in (immutable here; a read-only mount alike): doctor
+    said "no problems found" while emit, status, drain and serve all failed."""
+    home = make_home(tmp_path, {"agents": {}, "rules": []})
+    env = {**os.environ, "AUTOLOOP_HOME": str(home)}
+    env = {k: v for k, v in env.items() if not k.startswith("AUTOLOOP_GITHUB")}
+    code, report, _ = doctor(env)
+    assert status_of(report, "home folder") == "ok", report
+    if not _immutable(home, True):
+        pytest.skip("chattr +i is not allowed here (not root, or the file system has no flags)")
+    try:
+        code, report, _ = doctor(env)
+        emit = cli(env, "emit", "local", "x", "s", "--id", "1")
+    finally:
+        assert _immutable(home, False)
+    (row,) = [d for c, d in fails(report) if c == "home folder"]
+    assert code == 1 and "cannot be written (Operation not permitted)" in row, row
+    assert emit.returncode == 2 and "Traceback" not in emit.stderr, emit.stderr
+    assert not [p for p in home.iterdir() if p.name.startswith("tmp")]  # nothing left
