@@ -8,7 +8,9 @@ whose one line names the file, the rule and the field, e.g.::
 The kernel cannot see the time zone database or the installed adapters: it checks the
 *shape* of ``timezone`` and, when the shell passes ``known_agent_adapters`` /
 ``known_channel_adapters``, the adapter names. Agents, channels and sources are
-adapter-specific, so their extra keys are kept in ``options`` for the adapter to read.
+adapter-specific, so their extra keys are kept in ``options`` for the adapter to read
+(the shell checks them against what each adapter reads:
+:func:`ghapp.runtime.rules_file.check_adapters`).
 
 ``Rules.version`` is the first 16 hex digits of the SHA-256 of a canonical JSON dump of
 the parsed content (defaults filled in, keys sorted): layout, comments of a TOML file,

@@ -195,6 +195,7 @@ NO_RULES = '{"agents": {}, "rules": []}\n'  # deliver mode, when the checkout ha
 
 def prepare_home(renv: RunnerEnv) -> None:
     """The home with this checkout's rules (checked under their own name first)."""
+    from ghapp.runtime.rules_file import check_adapters  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
     from plugins.agents.registry import KNOWN_AGENT_ADAPTERS  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
 
     home = renv.home
@@ -230,14 +231,17 @@ def prepare_home(renv: RunnerEnv) -> None:
             "check out the repository first (actions/checkout) and give the file's path"
         ) from None
     fmt = "toml" if renv.rules.suffix == ".toml" else "json"
-    parse_rules(
-        text,
-        path=str(renv.rules),
-        fmt=fmt,
-        known_agent_adapters=frozenset(KNOWN_AGENT_ADAPTERS),
-        known_channel_adapters=CHANNEL_ADAPTERS,
-        known_actions={github_source.SOURCE: github_source.ACTIONS},
-        sources=(github_source.SOURCE,),
+    check_adapters(
+        parse_rules(
+            text,
+            path=str(renv.rules),
+            fmt=fmt,
+            known_agent_adapters=frozenset(KNOWN_AGENT_ADAPTERS),
+            known_channel_adapters=CHANNEL_ADAPTERS,
+            known_actions={github_source.SOURCE: github_source.ACTIONS},
+            sources=(github_source.SOURCE,),
+        ),
+        str(renv.rules),
     )
     init_home(home, rules_text=text)
     keep, drop = ("rules.toml", "rules.json") if fmt == "toml" else ("rules.json", "rules.toml")

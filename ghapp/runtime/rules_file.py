@@ -78,7 +78,7 @@ def load_rules(home: Path, *, agents: Iterable[str], channels: Iterable[str]) ->
         known_actions={github_source.SOURCE: github_source.ACTIONS},
         sources=(github_source.SOURCE,),
     )
-    _check_sources(rules, str(path))
+    check_adapters(rules, str(path))
     try:
         ZoneInfo(rules.timezone)
     except (ZoneInfoNotFoundError, ValueError):
@@ -94,6 +94,52 @@ SOURCE_ADAPTERS: dict[str, tuple[str, ...]] = {  # adapter -> the options it rea
     "github": (),
     "hmac": ("header", "secret_env"),
 }
+AGENT_OPTIONS: dict[str, tuple[str, ...]] = {  # adapter -> the fields it reads, "use" aside
+    "claude": ("worker", "binary", "model", "pass_env"),
+    "codex": ("worker", "binary", "model", "pass_env"),
+    "command": ("worker", "command", "pass_env"),
+    "demo": ("worker", "state_dir", "pass_env"),
+}
+CHANNEL_OPTIONS: dict[str, tuple[str, ...]] = {  # adapter -> the fields it reads, "use" aside
+    "console": ("links",),
+    "desktop": ("links",),
+    "webhook": ("links", "url", "url_env", "format"),
+    "github-comment": ("links",),
+}
+
+
+def check_adapters(rules: Rules, file: str) -> None:
+    """Sources, agents and channels name adapters there are, and give them only fields
+    they read: a typo (``"modle"``, ``"urll"``, ``"headr"``) passed the check, and the
+    agent ran on the default model, or every card failed later with a message about a
+    variable the user never set. A webhook channel needs its URL (``url`` or
+    ``url_env``)."""
+    from kernel.config import unknown  # noqa: PLC0415  # (with the parser, above)
+
+    _check_sources(rules, file)
+    for name, agent in rules.agents.items():
+        reads = AGENT_OPTIONS.get(agent.use, ())
+        for key in agent.options:
+            if key not in reads:
+                raise ConfigError(
+                    unknown(key, ("use", *reads)), file=file, field=f"agents.{name}.{key}"
+                )
+    for name, channel in rules.channels.items():
+        reads = CHANNEL_OPTIONS.get(channel.use, ())
+        for key in channel.options:
+            if key not in reads:
+                raise ConfigError(
+                    unknown(key, ("use", *reads)), file=file, field=f"channels.{name}.{key}"
+                )
+        if channel.use == "webhook" and not (
+            channel.options.get("url") or channel.options.get("url_env")
+        ):
+            raise ConfigError(
+                'a "webhook" channel needs "url_env": the environment variable holding the '
+                'URL to POST cards to (or "url": the URL itself)',
+                file=file,
+                field=f"channels.{name}",
+            )
 
 
 def _check_sources(rules: Rules, file: str) -> None:

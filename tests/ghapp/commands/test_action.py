@@ -452,6 +452,18 @@ def test_a_broken_rules_file_is_named_in_the_error(runner: Runner) -> None:
     assert "nobody" in error
 
 
+def test_a_misspelt_agent_field_in_the_rules_is_named_in_the_error(runner: Runner) -> None:
+    r = runner
+    rules = r.workspace / ".github" / "autoloop" / "rules.json"
+    agents = {name: {**spec, "modle": "x"} for name, spec in RULES["agents"].items()}
+    rules.write_text(json.dumps({**RULES, "agents": agents}))
+    number = r.gh.world.open_issue("reader", "Bad rules")
+    ran = r.run("issues", r.issue_opened(number), run_id=7004)
+    assert ran.code == 2
+    (error,) = annotations(ran.stdout, "error")
+    assert ".github/autoloop/rules.json" in error and 'unknown field "modle"' in error
+
+
 def test_outside_a_runner_it_says_what_is_missing(tmp_path: Path) -> None:
     done = subprocess.run(
         [str(AUTOLOOP), "action"],

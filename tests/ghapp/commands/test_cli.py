@@ -376,6 +376,56 @@ def test_a_sources_typo_is_named_not_taken(
     assert doctor.returncode != 0 and needles[1] in doctor.stdout + doctor.stderr
 
 
+@pytest.mark.parametrize(
+    ("part", "needles"),
+    [
+        (
+            {"agents": {"coder": {"use": "claude", "modle": "sonnet"}}},
+            ["agents.coder.modle", 'unknown field "modle"', 'did you mean "model"'],
+        ),
+        (
+            {"agents": {"coder": {"use": "codex", "pass_envv": ["KEY"]}}},
+            ["agents.coder.pass_envv", 'did you mean "pass_env"'],
+        ),
+        (
+            {"agents": {"coder": {"use": "command", "command": ["x"], "budget": 3}}},
+            ["agents.coder.budget", 'unknown field "budget"', "known: use, worker, command"],
+        ),
+        (
+            {"channels": {"w": {"use": "webhook", "urll": "http://127.0.0.1:1/"}}},
+            ["channels.w.urll", 'did you mean "url"'],
+        ),
+        (
+            {"channels": {"w": {"use": "webhook", "format": "slack"}}},
+            ["channels.w", 'a "webhook" channel needs "url_env"'],
+        ),
+        (
+            {"channels": {"c": {"use": "console", "bogus": 1}}},
+            ["channels.c.bogus", 'unknown field "bogus"', "known: use, links"],
+        ),
+    ],
+    ids=["agent-model", "pass-env", "command-extra", "webhook-url", "webhook-none", "console"],
+)
+def test_an_agents_or_channels_typo_is_named_not_taken(
+    cli: Cli, part: dict[str, Any], needles: list[str]
+) -> None:
+    """A misspelt agent or channel field passed the check without a word: the agent ran
+    on its default model, or every card failed later ("set the variable named by
+    url_env", where the user had typed a URL); doctor said "rules ok"."""
+    cli.rules([one_rule("silent")])
+    good = json.loads((cli.home / "rules.json").read_text())
+    doc = {**good, **{k: {**good.get(k, {}), **v} for k, v in part.items()}}
+    (cli.home / "rules.json").write_text(json.dumps(doc))
+    out = cli.run("drain", ok=None)
+    assert out.returncode == 2
+    (line,) = out.stderr.strip().splitlines()
+    for needle in needles:
+        assert needle in line, line
+    doctor = cli.run("doctor", ok=None)
+    assert doctor.returncode != 0 and needles[0] in doctor.stdout + doctor.stderr
+    assert cli.agent_runs() == []
+
+
 def test_schedules_fire_once_per_tick_and_once_after_a_clock_jump(cli: Cli) -> None:
     cli.rules([{"name": "morning", "every": "*/5 * * * *", "agent": "silent"}])
     t0 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
