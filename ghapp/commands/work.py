@@ -15,7 +15,14 @@ import sys
 import threading
 
 from ghapp.commands.argtypes import poll_seconds, stop_wait_seconds, turns_at_once, worker_name
-from ghapp.commands.home import Home, configure_logs, home_from_env, require_home, reset_logs
+from ghapp.commands.home import (
+    Home,
+    configure_logs,
+    home_from_env,
+    read_master_key,
+    require_home,
+    reset_logs,
+)
 from ghapp.commands.home_ledger import db_url
 from ghapp.runtime.worker import WorkerLoop, second_stop, wait_for_turns
 from ghapp.store.base import StoreError
@@ -78,16 +85,24 @@ def main(argv: list[str]) -> int:
         rules = ctx.rules()
         configure_logs(ctx)
         hub = ctx.hub()
-        said = ""
+        said: list[str] = []
         if not isinstance(ctx.store, SqliteStore):  # replicas of a shared ledger
-            from ghapp.commands.doctor import other_rules  # noqa: PLC0415  # only then
+            from ghapp.commands.doctor import OTHER_KEY, other_rules  # noqa: PLC0415  # only then
+            from ghapp.runtime.links import LINKS_KEY_INFO, key_fingerprint  # noqa: PLC0415  # (as above)
 
-            said = other_rules(ctx.store, rules.version)
+            if rules_said := other_rules(ctx.store, rules.version):
+                said.append(f"{rules_said} (after a change of rules.json, said once)")
+            # the servers' key (a worker signs no link, but ids that held a secret are
+            # recorded keyed with it: two keys record one such id twice)
+            mine = key_fingerprint(read_master_key(home))
+            with ctx.store.write() as tx:
+                if tx.info(LINKS_KEY_INFO, mine) != mine:
+                    said.append(OTHER_KEY)
     except (ConfigError, StoreError) as exc:
         print(f"autoloop work: {exc}", file=sys.stderr)
         return 2
-    if said:
-        print(f"autoloop work: {said} (after a change of rules.json, said once)", flush=True)
+    for line in said:
+        print(f"autoloop work: {line}", flush=True)
     loop = WorkerLoop(
         hub, name=args.name, max_parallel=args.parallel or rules.max_parallel, poll_s=args.poll
     )

@@ -489,6 +489,30 @@ def test_replicas_with_different_master_keys_are_told_at_start_and_by_doctor(
 
 
 @pytest.mark.pg
+def test_a_worker_with_another_master_key_says_so_at_start(pg: str, tmp_path: Path) -> None:
+    """The deploy guide said serve and work tell a master.key that differs; work told
+    only the rules (ids that held a secret are recorded keyed with it)."""
+    rules = {"agents": {"demo": {"use": "demo"}}, "rules": []}
+    first, second = (make_home(tmp_path / name, rules) for name in ("a", "b"))
+    assert not [n for n in start(first, pg) if "master.key" in n]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ghapp.commands.cli", "work", "--poll", "0.2"],
+        cwd=ROOT,
+        env=local_env(second, pg),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        first_line = proc.stdout.readline()
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
+    assert first_line.startswith("autoloop work: this home's master.key is not the one"), first_line
+
+
+@pytest.mark.pg
 def test_a_postgresql_ledger_is_looked_at_and_not_created(pg: str, tmp_path: Path) -> None:
     """An empty database is a warning and stays empty; a ledger there is ok with its schema
     and last fact; one from a newer autoloop is a FAIL that says to upgrade."""
