@@ -484,6 +484,7 @@ def main(argv: list[str]) -> int:
         now = second_stop()  # a second signal from here on stops the turns at once
         running.stop()
         code = wait_for_turns(running.worker, args.stop_wait, now=now)
+        log.info("stopped" if not code else "stopped (running turns were stopped: they run again)")
         reset_logs()
     if code:
         sys.stdout.flush()

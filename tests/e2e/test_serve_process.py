@@ -186,6 +186,7 @@ def test_ctrl_c_stops_serve_without_a_traceback(webhooks_only: Serve) -> None:
     assert webhooks_only.proc.wait(timeout=30) == 0
     assert "Traceback" not in webhooks_only.text()
     assert "KeyboardInterrupt" not in webhooks_only.text()
+    assert webhooks_only.text().rstrip().endswith("stopped")  # its last line says so
 
 
 def test_a_stop_says_which_turns_it_waits_for_and_a_second_one_stops_them(
