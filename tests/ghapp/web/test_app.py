@@ -104,6 +104,9 @@ def test_malformed_json_and_oversized_bodies_are_refused(tmp_path: Path) -> None
 def test_healthz_and_metrics_answer(tmp_path: Path) -> None:
     body = (FIXTURES / "issues" / "opened.json").read_bytes()
     with live_server(tmp_path / "h", RULES, env=ENV, start_worker=False) as live:
+        before = httpx.get(f"{live.url}/metrics").text  # listed before any delivery
+        assert "# TYPE autoloop_inbox_lag_seconds gauge" in before
+        assert "autoloop_inbox_lag_seconds{" not in before
         post(live.url, "issues", body)
         live.settle()
         health = httpx.get(f"{live.url}/healthz").json()
