@@ -70,33 +70,84 @@ SCHEMA = [
 ]
 
 
+# A connection whose peer went silent (a network cut, a failover that drops packets)
+# is found dead within about half a minute, not when the system's TCP gives up (hours):
+# the ledger is then answered 503 and reconnected, instead of every request hanging
+# behind the one stuck query. A value the URL gives wins.
+KEEPALIVE: dict[str, str] = {
+    "keepalives": "1",
+    "keepalives_idle": "15",
+    "keepalives_interval": "5",
+    "keepalives_count": "3",
+    "tcp_user_timeout": "30000",  # ms that sent data may stay unacknowledged
+}
+
+
+def _ready(conn: Any) -> bool:
+    """The ledger's tables, at this schema, and their triggers are there: opening it
+    changes nothing. The schema's statements take the strongest lock on ``facts`` (its
+    triggers are made again), so running them at every start, or every ``autoloop
+    status``, made each replica's writes wait behind any long read (a backup's); and a
+    role that may only read and write could not open the ledger at all."""
+    found = conn.execute(
+        "SELECT to_regclass('facts') IS NOT NULL AND to_regclass('fact_keys') IS NOT NULL "
+        "AND to_regclass('records') IS NOT NULL AND to_regclass('events') IS NOT NULL "
+        "AND to_regclass('queued') IS NOT NULL AND to_regclass('ledger_info') IS NOT NULL"
+    ).fetchone()
+    if not found[0]:
+        return False
+    schema = conn.execute("SELECT v FROM ledger_info WHERE k = 'schema'").fetchone()
+    if schema is None or schema[0] != str(SCHEMA_VERSION):
+        return False  # an older one is migrated; a newer one is refused (migrate)
+    triggers = conn.execute(
+        "SELECT count(*) FROM pg_trigger WHERE NOT tgisinternal AND tgname IN "
+        "('facts_append_only', 'fact_keys_append_only') "
+        "AND tgrelid IN (to_regclass('facts'), to_regclass('fact_keys'))"
+    ).fetchone()
+    return bool(triggers[0] == 2)
+
+
 class PostgresStore:
     def __init__(self, url: str, *, connect_timeout_s: int = 10) -> None:
         import psycopg  # noqa: PLC0415  # only users of PostgreSQL need it loaded
 
         self.url = url
         self._psycopg = psycopg
+        self._params: dict[str, Any] = self._connect_params(url)
         try:
             self._conn: Any = psycopg.connect(
-                url, autocommit=True, connect_timeout=connect_timeout_s
+                url, autocommit=True, connect_timeout=connect_timeout_s, **self._params
             )
             try:
-                with self._conn.transaction():
-                    self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_ID,))
-                    for stmt in SCHEMA:
-                        self._conn.execute(stmt)
-                    migrate(self._conn.cursor(), "%s")
+                if not _ready(self._conn):
+                    with self._conn.transaction():
+                        self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_ID,))
+                        for stmt in SCHEMA:
+                            self._conn.execute(stmt)
+                        migrate(self._conn.cursor(), "%s")
             except BaseException:
                 self._conn.close()
                 raise
         except psycopg.Error as exc:
-            raise StoreError(
-                f"cannot open the PostgreSQL ledger: {hide_passwords(one_line(str(exc)), url)}; "
-                "check AUTOLOOP_DB and that the server is running"
-            ) from exc
+            why = hide_passwords(one_line(str(exc)), url)
+            hint = (
+                "the first start makes the ledger's tables: give AUTOLOOP_DB's role CREATE "
+                "on the schema, or start once with the role that owns it"
+                if "permission denied" in why.lower()
+                else "check AUTOLOOP_DB and that the server is running"
+            )
+            raise StoreError(f"cannot open the PostgreSQL ledger: {why}; {hint}") from exc
         self._lock = threading.RLock()
         self._connect_timeout_s = connect_timeout_s
         self._closed = False
+
+    def _connect_params(self, url: str) -> dict[str, Any]:
+        """:data:`KEEPALIVE`, less what ``url`` sets itself."""
+        try:
+            given = self._psycopg.conninfo.conninfo_to_dict(url)
+        except self._psycopg.Error:  # connect says what is wrong with it
+            return {}
+        return {k: v for k, v in KEEPALIVE.items() if k not in given}
 
     def _connection(self) -> Any:
         """The connection, made again when the last one was lost (the server restarted,
@@ -109,7 +160,7 @@ class PostgresStore:
         with contextlib.suppress(Exception):
             conn.close()
         self._conn = self._psycopg.connect(
-            self.url, autocommit=True, connect_timeout=self._connect_timeout_s
+            self.url, autocommit=True, connect_timeout=self._connect_timeout_s, **self._params
         )
         log.warning("the PostgreSQL ledger is reachable again: connected anew")
         return self._conn
