@@ -39,7 +39,10 @@ a review request). :class:`Deliveries` is the one thread that moves them:
   the active deliveries holding a place in the line of the same repository and base;
   only the first updates its branch and merges, the others wait their turn. A delivery
   that gives up its place (``Step.line_freed``) wakes the next in line (only it: the
-  others would decide nothing new).
+  others would decide nothing new). A wake-up missed across replicas (the next queued
+  on another one just after) is made up from the ledger: one that waits its turn and is
+  first by the ledger's records is decided again within :data:`LINE_RECHECK_S` plus
+  the sleep's backstop.
 - **Restarts.** On start every active pipeline is decided once.
 - **Trouble.** An error talking to GitHub is one log line; that pipeline is tried again
   after a backoff (5 s, doubling up to 5 minutes), kept in this process only.
@@ -123,6 +126,9 @@ MERGE_REREADS = 2  # snapshots read again because the base moved under a decisio
 # webhook GitHub never sent (an outage: nothing to redeliver) costs minutes, not the hours
 # of the stage's own deadline. One read of the PR per pipeline per interval.
 RECHECK_S = 600.0
+# A delivery waiting its turn that the ledger shows first in its line is decided again
+# after this long at most (a wake-up missed across replicas; see Deliveries._first_now).
+LINE_RECHECK_S = 20.0
 POLICY_TTL_S = 60.0  # a policy read is kept this long, or until a push to its repository
 VERSIONS_KEPT = 20  # probe answers kept in the record (the newest)
 RETRY_FIRST_S, RETRY_MAX_S = 5.0, 300.0
@@ -534,7 +540,36 @@ class Deliveries:
         due += [pid for pid, (at, _) in retry if at <= now and pid not in due]
         stale = self._monotonic() - self.recheck_s
         due += [p.id for p in active if p.id not in due and decided.get(p.id, 0) < stale]
+        due += [pid for pid in self._first_now(active, decided) if pid not in due]
         return due
+
+    def _first_now(self, active: list[Pipeline], decided: Mapping[str, float]) -> list[str]:
+        """Deliveries that wait their turn in a merge line and are first in it by the
+        ledger now, not decided for :data:`LINE_RECHECK_S`: the one ahead left the line
+        and its wake-up was missed. The one that frees its place wakes the next, but with
+        several replicas the next can queue on another replica just after that wake (the
+        line it read did not hold it yet): it waited for the sweep, minutes. The ledger
+        alone is read here; GitHub only by the decision that follows."""
+        waiting = [p for p in active if p.data.get("waiting_on") == "line"]
+        if not waiting:
+            return []
+        lined = [
+            delivery_from_data(_delivery_part(p.data))
+            for p in active
+            if p.stage == "merge" or (p.stage in LINE_STAGES and p.data.get("queued_at"))
+        ]
+        with self._lock:
+            gone = set(self._gone)
+        lined = [d for d in lined if in_line(d) and d.id not in gone]
+        since = self._monotonic() - LINE_RECHECK_S
+        out = []
+        for p in waiting:
+            me = delivery_from_data(_delivery_part(p.data))
+            if decided.get(p.id, 0) < since and first_in_line(
+                me, [d for d in lined if d.id != p.id]
+            ):
+                out.append(p.id)
+        return out
 
     def _sleep_s(self, active: list[Pipeline]) -> float:
         now = self.hub.clock()

@@ -478,3 +478,41 @@ def test_the_bots_own_events_do_not_wake_anything(
         assert len(gh.world.deliveries) == sent  # and nothing more was written
         assert own(gh, "PUT", "/merge") == 1
     done()
+
+
+def test_the_next_in_line_goes_on_when_its_wake_up_was_lost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With several replicas, the next in line can queue on one replica just after
+    another woke the line it read (without it): it waited for the sweep, 4 to 5 minutes
+    (seen with two replicas on PostgreSQL). Here that wake-up is lost outright, and so
+    are the webhooks of the merge that would wake the line too: the runner finds from
+    the ledger alone that it is first now."""
+    import ghapp.github.deliveries as runner_module
+
+    monkeypatch.setattr(Deliveries, "_wake_next", lambda self, others, d: None)
+    monkeypatch.setattr(runner_module, "LINE_RECHECK_S", 1.0)
+    with running() as gh, serving(gh, tmp_path / "home") as live:
+        setup(gh, deploy=None)
+        runner_of(live).backstop_s = 1.0
+        gh.world.set_mergeability_lag(3.0)  # #1 waits in merge (first in line) a while
+        first = gh.world.open_pr("contributor", "one", "One", {"one.py": "1\n"})
+        second = gh.world.open_pr("contributor", "two", "Two", {"two.py": "2\n"})
+        assert gh.world.settle()
+        label(gh, first)
+        wait_for("#1 in merge", lambda: stage_is(live, gh, first, "merge"), MERGE_TIMEOUT)
+        label(gh, second)
+        wait_for("#2 waiting its turn", lambda: waiting_on(live, gh, second) == "line")
+        for kind in ("push", "check_run", "check_suite", "status"):  # what the merge sends
+            gh.world.faults.add("webhook_drop", path=kind, times=None)
+        wait_for("#1 delivered", lambda: stage_is(live, gh, first, "delivered"), MERGE_TIMEOUT)
+        assert gh.world.settle()
+        gh.world.faults.clear()  # #2's own checks, after its branch is brought up to date
+        wait_for("#2 delivered", lambda: stage_is(live, gh, second, "delivered"), 30)
+        pulls = gh.sandbox.state.repos[gh.repo].pulls
+        assert pulls[first].merged and pulls[second].merged
+
+
+def waiting_on(live: Live, gh: SandboxHandle, number: int) -> str:
+    rec = record(live, gh, number)
+    return str(rec.data.get("waiting_on") or "") if rec is not None else ""
