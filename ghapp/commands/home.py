@@ -208,8 +208,25 @@ class Home:
         if self._rules is not None:  # an edit taken while running: say so (a bad one is)
             log.info("%s changed: the new rules are in force (%d rules)", stamp and stamp[0],
                      len(rules.rules))  # fmt: skip
+            self._note_rules(rules.version)
         self._rules, self._rules_stamp = rules, stamp
         return rules
+
+    def _note_rules(self, version: str) -> None:
+        """On a shared ledger, the rules now in force are the ones this process read last
+        (``serve`` and ``work`` compare theirs with it at start): an edit taken while
+        running left the version read at start there, and a replica started after the
+        same edit everywhere was told its rules differed."""
+        from ghapp.runtime.links import RULES_INFO  # noqa: PLC0415  # only on a reload
+        from ghapp.store.sqlite import SqliteStore  # noqa: PLC0415  # (as above)
+
+        if isinstance(self.store, SqliteStore):
+            return
+        try:
+            with self.store.write() as tx:
+                tx.swap_info(RULES_INFO, version)
+        except Exception as exc:  # the ledger away: said at the next start, nothing lost
+            log.warning("the rules' version could not be noted in the ledger: %s", exc)
 
     def hub(self, *, console: TextIO | None = None, **kw: object) -> Hub:
         """The hub of this home; ``console`` is where console channels print (stderr)."""

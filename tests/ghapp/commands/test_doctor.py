@@ -513,6 +513,31 @@ def test_a_worker_with_another_master_key_says_so_at_start(pg: str, tmp_path: Pa
 
 
 @pytest.mark.pg
+def test_rules_edited_alike_everywhere_while_running_are_not_told_as_different(
+    pg: str, tmp_path: Path
+) -> None:
+    """The same edit of rules.json in every home, taken while running: a replica started
+    afterwards was told its rules differed from the ones at the last start (the ledger
+    kept the version read at start)."""
+    rules: dict[str, Any] = {"agents": {"demo": {"use": "demo"}}, "rules": []}
+    first, second = (make_home(tmp_path / name, rules) for name in ("a", "b"))
+    running = Home.open(env=local_env(first, pg), home=first)
+    try:
+        assert not [n for n in start(first, pg) if "rules" in n]
+        running.rules()  # read at start
+        edited = json.dumps({**rules, "max_hops": 5})
+        for home in (first, second):
+            (home / "rules.json").write_text(edited)
+        assert running.rules().max_hops == 5  # the edit, taken while running
+    finally:
+        running.store.close()
+    assert not [n for n in start(second, pg) if "rules" in n]
+    (second / "rules.json").write_text(json.dumps({**rules, "max_hops": 6}))
+    (said,) = [n for n in start(second, pg) if "rules" in n]  # a real difference is told
+    assert said.startswith("this home's rules are not the ones")
+
+
+@pytest.mark.pg
 def test_a_postgresql_ledger_is_looked_at_and_not_created(pg: str, tmp_path: Path) -> None:
     """An empty database is a warning and stays empty; a ledger there is ok with its schema
     and last fact; one from a newer autoloop is a FAIL that says to upgrade."""
