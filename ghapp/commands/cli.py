@@ -573,7 +573,12 @@ def cmd_answer(args: argparse.Namespace) -> int:
     return 0
 
 
-DRAIN_TO_RESUME = "run 'autoloop drain' to resume the agent"
+# (a server or worker running on this ledger resumes it by itself: 'drain' would run the
+# agent here, on this machine, beside it)
+DRAIN_TO_RESUME = (
+    "the agent resumes in the running 'autoloop serve' or 'autoloop work'; "
+    "with none running, 'autoloop drain' resumes it here"
+)
 
 
 def _after_approval(ctx: Any, card_id: str, waiting: Mapping[str, str]) -> str:
