@@ -178,6 +178,14 @@ def postgres_check(db: str, home: Path | None = None) -> Check:
         found = look(db)
     except StoreError as exc:
         return Check("ledger", FAIL, str(exc))
+    if found.schema is None and not found.can_create:
+        return Check(
+            "ledger",
+            FAIL,
+            f"{found.where} holds no ledger yet, and its role may not create tables there: "
+            "the first start would fail; give the role CREATE on the schema, or start once "
+            "with the role that owns it",
+        )
     if found.schema is None:
         return Check(
             "ledger",

@@ -197,6 +197,7 @@ class Found:
     facts: int  # the number of the last fact (0: none)
     links_key: str | None = None  # the fingerprint of the key card links are signed with
     rules_version: str | None = None  # the rules the last process started on it read
+    can_create: bool = True  # (no ledger yet) the role may make its tables in the schema
 
 
 def look(url: str, *, connect_timeout_s: int = 5) -> Found:
@@ -215,7 +216,11 @@ def look(url: str, *, connect_timeout_s: int = 5) -> Found:
                     " AND to_regclass('facts') IS NOT NULL"
                 ).fetchone()
                 if row is None or not row[0]:
-                    return Found(where, None, 0)
+                    may = conn.execute(
+                        "SELECT current_schema() IS NOT NULL AND "
+                        "has_schema_privilege(current_schema(), 'CREATE')"
+                    ).fetchone()
+                    return Found(where, None, 0, can_create=bool(may and may[0]))
                 version = conn.execute("SELECT v FROM ledger_info WHERE k = 'schema'").fetchone()
                 last = conn.execute("SELECT coalesce(max(seq), 0) FROM facts").fetchone()
                 key = conn.execute("SELECT v FROM ledger_info WHERE k = 'links-key'").fetchone()

@@ -60,6 +60,7 @@ from ghapp.web.metrics import Metrics, render_metrics
 from kernel import inputs as k
 from kernel.model import Event
 from kernel.records import Card
+from kernel.text import one_line
 
 log = logging.getLogger("autoloop.web")
 
@@ -242,7 +243,9 @@ def _closing(response: Response) -> Response:
 
 def _unrecorded(what: str, exc: Exception) -> Response:
     """A request the ledger could not record: one log line, and a 503 (our fault)."""
-    log.error("%s not recorded (answered 503): %s: %s", what, type(exc).__name__, exc)
+    log.error(  # one line: libpq's messages hold their hint on a second
+        "%s not recorded (answered 503): %s: %s", what, type(exc).__name__, one_line(str(exc))
+    )
     return _error(503, UNRECORDED)
 
 

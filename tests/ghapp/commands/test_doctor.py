@@ -538,6 +538,32 @@ def test_rules_edited_alike_everywhere_while_running_are_not_told_as_different(
 
 
 @pytest.mark.pg
+def test_an_empty_database_whose_role_may_not_create_is_a_fail_row(pg: str, tmp_path: Path) -> None:
+    """doctor said "holds no ledger yet: 'autoloop serve' ... creates it" and "no problems
+    found"; serve then failed with "permission denied for schema"."""
+    import uuid
+
+    import psycopg
+
+    role = "autoloop_nc_" + uuid.uuid4().hex[:8]
+    schema = pg.rsplit("search_path%3D", 1)[-1]
+    home = make_home(tmp_path, {"agents": {"demo": {"use": "demo"}}, "rules": []})
+    with psycopg.connect(pg, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN")
+        try:
+            admin.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
+            code, report, _ = doctor(local_env(home, pg.replace("postgres@", f"{role}@", 1)))
+        finally:
+            admin.execute(f"DROP OWNED BY {role}")
+            admin.execute(f"DROP ROLE {role}")
+    status, detail = ledger_row(report)
+    assert (code, status) == (1, "FAIL"), detail
+    assert "may not create tables there" in detail and "give the role CREATE" in detail
+    code, report, _ = doctor(local_env(home, pg))  # the owner may: a warning, as before
+    assert (code, ledger_row(report)[0]) == (0, "warn")
+
+
+@pytest.mark.pg
 def test_a_postgresql_ledger_is_looked_at_and_not_created(pg: str, tmp_path: Path) -> None:
     """An empty database is a warning and stays empty; a ledger there is ok with its schema
     and last fact; one from a newer autoloop is a FAIL that says to upgrade."""
