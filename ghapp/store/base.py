@@ -125,6 +125,8 @@ class Tx(Protocol):
 
     def swap_info(self, key: str, value: str) -> str | None: ...
 
+    def read_info(self, key: str) -> str | None: ...
+
 
 class Store(Protocol):
     url: str
@@ -589,6 +591,12 @@ class SqlTx:
         )
         self.cur.execute(self._q("SELECT v FROM ledger_info WHERE k = ?"), (key,))
         return str(self.cur.fetchone()[0])
+
+    def read_info(self, key: str) -> str | None:
+        """The ledger's value for ``key``; None when it has none."""
+        self.cur.execute(self._q("SELECT v FROM ledger_info WHERE k = ?"), (key,))
+        row = self.cur.fetchone()
+        return None if row is None else str(row[0])
 
     def swap_info(self, key: str, value: str) -> str | None:
         """Set the ledger's value for ``key`` to ``value``; the one it replaced (None:

@@ -23,6 +23,7 @@ log = logging.getLogger("autoloop.store")
 
 LOCK_ID = 0x6175746F6C6F6F70 & 0x7FFFFFFFFFFFFFFF  # "autoloop"
 
+GUARD_BODY = "\n       BEGIN RAISE EXCEPTION 'facts are append-only'; END; "  # (as stored)
 SCHEMA = [
     """CREATE TABLE IF NOT EXISTS facts (
         seq BIGSERIAL PRIMARY KEY,
@@ -59,8 +60,9 @@ SCHEMA = [
     "CREATE INDEX IF NOT EXISTS records_by_state ON records (kind, state, due)",
     "CREATE INDEX IF NOT EXISTS records_by_matter ON records (kind, matter)",
     "CREATE TABLE IF NOT EXISTS ledger_info (k TEXT PRIMARY KEY, v TEXT NOT NULL)",
-    """CREATE OR REPLACE FUNCTION autoloop_facts_append_only() RETURNS trigger AS $$
-       BEGIN RAISE EXCEPTION 'facts are append-only'; END; $$ LANGUAGE plpgsql""",
+    "CREATE OR REPLACE FUNCTION autoloop_facts_append_only() RETURNS trigger AS $$"
+    + GUARD_BODY
+    + "$$ LANGUAGE plpgsql",
     "DROP TRIGGER IF EXISTS facts_append_only ON facts",
     """CREATE TRIGGER facts_append_only BEFORE UPDATE OR DELETE ON facts
        FOR EACH ROW EXECUTE FUNCTION autoloop_facts_append_only()""",
@@ -99,12 +101,20 @@ def _ready(conn: Any) -> bool:
     schema = conn.execute("SELECT v FROM ledger_info WHERE k = 'schema'").fetchone()
     if schema is None or schema[0] != str(SCHEMA_VERSION):
         return False  # an older one is migrated; a newer one is refused (migrate)
+    # The append-only guard as the schema makes it: both triggers there and enabled, and
+    # their function refusing (one disabled or made harmless is made again, as before).
     triggers = conn.execute(
-        "SELECT count(*) FROM pg_trigger WHERE NOT tgisinternal AND tgname IN "
-        "('facts_append_only', 'fact_keys_append_only') "
+        "SELECT count(*) FROM pg_trigger WHERE NOT tgisinternal AND tgenabled <> 'D' "
+        "AND tgname IN ('facts_append_only', 'fact_keys_append_only') "
         "AND tgrelid IN (to_regclass('facts'), to_regclass('fact_keys'))"
     ).fetchone()
-    return bool(triggers[0] == 2)
+    guard = conn.execute(
+        "SELECT count(*) FROM pg_proc WHERE proname = 'autoloop_facts_append_only' "
+        "AND pronamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema()) "
+        "AND prosrc = %s",
+        (GUARD_BODY,),
+    ).fetchone()
+    return bool(triggers[0] == 2 and guard[0] == 1)
 
 
 class PostgresStore:
@@ -131,8 +141,9 @@ class PostgresStore:
         except psycopg.Error as exc:
             why = hide_passwords(one_line(str(exc)), url)
             hint = (
-                "the first start makes the ledger's tables: give AUTOLOOP_DB's role CREATE "
-                "on the schema, or start once with the role that owns it"
+                "the first start makes the ledger's tables, and the first after an upgrade "
+                "may change them: give AUTOLOOP_DB's role CREATE on the schema for a new "
+                "ledger, or start once with the role that owns the tables"
                 if "permission denied" in why.lower()
                 else "check AUTOLOOP_DB and that the server is running"
             )

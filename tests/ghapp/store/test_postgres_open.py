@@ -111,3 +111,30 @@ def test_connections_find_a_silent_peer_unless_the_url_says_otherwise() -> None:
             assert dsn["keepalives_idle"] == "60" and dsn["tcp_user_timeout"] == "30000"
         finally:
             store.close()
+
+
+def test_a_guard_disabled_or_made_harmless_is_made_again_at_the_next_open() -> None:
+    """Opening a ready ledger skips the schema's statements, but not when the append-only
+    guard was disabled or its function replaced: it is made again, as every open did."""
+    import psycopg
+
+    with pg_schema() as url:
+        store = PostgresStore(url)
+        with store.write() as tx:
+            tx.cur.execute(
+                "INSERT INTO facts (at, type, v, fkey, data) VALUES ('', 'X', 1, NULL, '{}')"
+            )
+        store.close()
+        for harm in (
+            "ALTER TABLE facts DISABLE TRIGGER facts_append_only",
+            "CREATE OR REPLACE FUNCTION autoloop_facts_append_only() RETURNS trigger AS $$ "
+            "BEGIN RETURN NEW; END; $$ LANGUAGE plpgsql",
+        ):
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute(harm)
+            PostgresStore(url).close()
+            with (
+                psycopg.connect(url, autocommit=True) as conn,
+                pytest.raises(psycopg.Error, match="facts are append-only"),
+            ):
+                conn.execute("UPDATE facts SET type = 'Y'")
