@@ -89,15 +89,22 @@ def main(argv: list[str]) -> int:
         if not isinstance(ctx.store, SqliteStore):  # replicas of a shared ledger
             from ghapp.commands.doctor import OTHER_KEY, other_rules  # noqa: PLC0415  # only then
             from ghapp.runtime.links import LINKS_KEY_INFO, key_fingerprint  # noqa: PLC0415  # (as above)
+            from ghapp.runtime.settings import SettingsError  # noqa: PLC0415  # (as above)
 
             if rules_said := other_rules(ctx.store, rules.version):
                 said.append(f"{rules_said} (after a change of rules.json, said once)")
             # the servers' key (a worker signs no link, but ids that held a secret are
-            # recorded keyed with it: two keys record one such id twice)
-            mine = key_fingerprint(read_master_key(home))
-            with ctx.store.write() as tx:
-                if tx.info(LINKS_KEY_INFO, mine) != mine:
-                    said.append(OTHER_KEY)
+            # recorded keyed with it: two keys record one such id twice); read only: the
+            # servers name it. A home without a usable key has no digest key either, and
+            # the worker runs as before (doctor says what is wrong with the key).
+            try:
+                mine = key_fingerprint(read_master_key(home))
+            except SettingsError:
+                mine = ""
+            with ctx.store.read() as tx:
+                theirs = tx.read_info(LINKS_KEY_INFO)
+            if mine and theirs not in (None, mine):
+                said.append(OTHER_KEY)
     except (ConfigError, StoreError) as exc:
         print(f"autoloop work: {exc}", file=sys.stderr)
         return 2

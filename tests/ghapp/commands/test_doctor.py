@@ -495,21 +495,28 @@ def test_a_worker_with_another_master_key_says_so_at_start(pg: str, tmp_path: Pa
     rules = {"agents": {"demo": {"use": "demo"}}, "rules": []}
     first, second = (make_home(tmp_path / name, rules) for name in ("a", "b"))
     assert not [n for n in start(first, pg) if "master.key" in n]
+    first_line = _work_says(second, pg)
+    assert first_line.startswith("autoloop work: this home's master.key is not the one"), first_line
+    (second / "master.key").unlink()  # a worker without one ran before: it still does
+    assert _work_says(second, pg) == "autoloop work: worker 'local' started\n"
+
+
+def _work_says(home: Path, pg: str) -> str:
+    """The first line ``autoloop work`` prints on ``home`` (then it is stopped)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "ghapp.commands.cli", "work", "--poll", "0.2"],
         cwd=ROOT,
-        env=local_env(second, pg),
+        env=local_env(home, pg),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
     try:
         assert proc.stdout is not None
-        first_line = proc.stdout.readline()
+        return proc.stdout.readline()
     finally:
         proc.terminate()
         proc.communicate(timeout=30)
-    assert first_line.startswith("autoloop work: this home's master.key is not the one"), first_line
 
 
 @pytest.mark.pg
