@@ -39,7 +39,7 @@ def advance(ctx: Context, inp: Advance) -> Reply:
             message=f"pipeline {inp.pipeline} is at version {have}, not {inp.version}",
             data={"version": have},
         )
-    if p is not None and p.ended and not inp.restart and not is_note(inp, p.stage):
+    if p is not None and p.ended and not inp.restart and not is_note(inp, p.stage, p.subject):
         return Reply(ok=False, code="ended", message=f"pipeline {inp.pipeline} has ended")
     if inp.restart and (p is None or not p.ended):
         return Reply(
@@ -95,12 +95,13 @@ def advance(ctx: Context, inp: Advance) -> Reply:
     )
 
 
-def is_note(inp: Advance, stage: str) -> bool:
-    """``inp`` changes only the data of a pipeline that ended at ``stage``."""
+def is_note(inp: Advance, stage: str, subject: str) -> bool:
+    """``inp`` changes only the data of a pipeline that ended at ``stage``, on ``subject``."""
     return (
         inp.ended
         and not inp.restart
         and inp.stage == stage
+        and inp.subject == subject
         and not (inp.actions or inp.cards or inp.resolve or inp.wake_at)
     )
 

@@ -296,6 +296,7 @@ class Deliveries:
         # pushes seen on that base (a snapshot read before one may be out of date).
         self._lines: dict[tuple[str, str], threading.Lock] = {}
         self._gone: set[str] = set()  # merged here, still in merge in the ledger
+        self._line_seen: dict[str, frozenset[str]] = {}  # see _first_now
         # The active pipelines as last read: all of them at each full read (on start, when
         # woken from outside, every backstop_s), each again after this process decided or
         # started it. The loop works from it, so a webhook or a finished decision costs
@@ -540,7 +541,12 @@ class Deliveries:
         due += [pid for pid, (at, _) in retry if at <= now and pid not in due]
         stale = self._monotonic() - self.recheck_s
         due += [p.id for p in active if p.id not in due and decided.get(p.id, 0) < stale]
-        due += [pid for pid in self._first_now(active, decided) if pid not in due]
+        backing_off = {pid for pid, (at, _) in retry if at > now}
+        due += [
+            pid
+            for pid in self._first_now(active, decided)
+            if pid not in due and pid not in backing_off
+        ]
         return due
 
     def _first_now(self, active: list[Pipeline], decided: Mapping[str, float]) -> list[str]:
@@ -551,6 +557,9 @@ class Deliveries:
         line it read did not hold it yet): it waited for the sweep, minutes. The ledger
         alone is read here; GitHub only by the decision that follows."""
         waiting = [p for p in active if p.data.get("waiting_on") == "line"]
+        with self._lock:  # (those that wait no more are forgotten)
+            ids = {p.id for p in waiting}
+            self._line_seen = {k: v for k, v in self._line_seen.items() if k in ids}
         if not waiting:
             return []
         lined = [
@@ -565,10 +574,16 @@ class Deliveries:
         out = []
         for p in waiting:
             me = delivery_from_data(_delivery_part(p.data))
-            if decided.get(p.id, 0) < since and first_in_line(
+            ahead = frozenset(d.id for d in lined if d.id != p.id)
+            if decided.get(p.id, 0) >= since or not first_in_line(
                 me, [d for d in lined if d.id != p.id]
             ):
-                out.append(p.id)
+                continue
+            with self._lock:  # once per line as it is: a decision that still says "line"
+                if self._line_seen.get(p.id) == ahead:  # (the ledger and GitHub disagree)
+                    continue  # is not made again and again
+                self._line_seen[p.id] = ahead
+            out.append(p.id)
         return out
 
     def _sleep_s(self, active: list[Pipeline]) -> float:
@@ -640,7 +655,7 @@ class Deliveries:
         except Exception as exc:  # the reply is a courtesy: GitHub's trouble stops nothing
             log.warning("delivery %s#%d: could not reply: %s", s.repo, s.number, exc)
 
-    def _start(self, s: _Start) -> set[str]:
+    def _start(self, s: _Start, tries: int = 0) -> set[str]:
         pid = pipeline_id(s.repo, s.number)
         rec = self._record(pid)
         if rec is not None and not rec.ended:
@@ -710,6 +725,10 @@ class Deliveries:
             )
         )
         self.hub.outbox.carry_out(out)
+        if out.reply.code == "stale" and tries < MAX_DECISIONS:
+            # the record moved meanwhile (another replica; a note of an ended one, a review
+            # agent's spend): read it again, or the label's run was left for the sweep
+            return self._start(s, tries + 1)
         if out.reply.code != "advanced":
             return set()
         log.info("delivery %s: started (%s, run %d)", pid, mode, run)

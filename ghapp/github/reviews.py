@@ -343,7 +343,7 @@ class Reviews:
                         job.pipeline, findings.cost_usd, findings.tokens,
                     )  # fmt: skip
                     return True
-                if out.reply.code not in ("stale", "active"):  # (a new run began: again)
+                if out.reply.code != "stale":  # (moved meanwhile, a new run begun: again)
                     return False
                 continue
             wanted = waiting_for(rec.data) == job.request

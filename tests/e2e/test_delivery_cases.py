@@ -513,6 +513,45 @@ def test_the_next_in_line_goes_on_when_its_wake_up_was_lost(
         assert pulls[first].merged and pulls[second].merged
 
 
+def test_a_label_added_again_starts_its_run_though_the_record_moved_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An ended delivery's record moves when a note lands on it (a review agent's spend
+    after the end) or another replica moves it: the new run's start, decided on the
+    version read before, was refused as stale and left for the sweep, minutes later."""
+    from kernel import inputs as k
+
+    with running() as gh, serving(gh, tmp_path / "home") as live:
+        setup(gh, deploy=None, ci=None)
+        number, _ = open_pr(gh)
+        label(gh, number)
+        wait_for("checks", lambda: stage_is(live, gh, number, "checks"), MERGE_TIMEOUT)
+        gh.world.remove_label("maintainer", number, "deliver")
+        wait_for("cancelled", lambda: stage_is(live, gh, number, "cancelled"), MERGE_TIMEOUT)
+        real = live.hub.ledger.decide
+        noted: list[str] = []
+
+        def deciding(inp: Any, **kw: Any) -> Any:
+            if isinstance(inp, k.Advance) and inp.restart and not noted:
+                rec = record(live, gh, number)  # a note lands first: the start is stale
+                note = k.Advance(
+                    pipeline=inp.pipeline,
+                    subject=rec.subject,
+                    version=rec.version,
+                    stage=rec.stage,
+                    data={**rec.data, "noted": True},
+                    ended=True,
+                )
+                noted.append(real(note).reply.code)
+            return real(inp, **kw)
+
+        monkeypatch.setattr(live.hub.ledger, "decide", deciding)
+        label(gh, number)
+        wait_for("run 2", lambda: record(live, gh, number).data.get("run") == 2, 30)
+        assert noted == ["advanced"]
+        assert not record(live, gh, number).ended
+
+
 def waiting_on(live: Live, gh: SandboxHandle, number: int) -> str:
     rec = record(live, gh, number)
     return str(rec.data.get("waiting_on") or "") if rec is not None else ""

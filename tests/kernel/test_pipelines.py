@@ -162,6 +162,10 @@ def test_an_ended_pipeline_takes_a_note_of_data_and_nothing_else() -> None:
     for more in asks:  # a note asks for nothing
         assert advance(kn, 3, "cancelled", ended=True, **more).reply.code == "ended", more
     assert advance(kn, 3, "review", ended=True).reply.code == "ended"  # another stage
+    other = k.Advance(
+        pipeline=PIPE, subject="acme/web#13", version=3, stage="cancelled", ended=True
+    )
+    assert kn.step(other).reply.code == "ended"  # another subject
     assert advance(kn, 3, "cancelled").reply.code == "ended"  # not ended: a decision
     assert kn.state.actions == {} and kn.state.cards == {}
     assert kn.replayed().records() == kn.state.records()
