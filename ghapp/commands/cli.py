@@ -85,9 +85,10 @@ def _open(*, writes: bool = False) -> Home:
     """The home named by AUTOLOOP_HOME; a folder that holds none is refused (exit 2)
     before the ledger is made there, so a typo never looks like an empty install.
 
-    ``writes``: the command records something (emit, drain, answer, dismiss): a damaged
-    SQLite ledger is refused in one line before it is opened, as serve and work refuse
-    it (written into, the damage spreads where no write had reached)."""
+    ``writes``: the command records something (emit, drain, answer, dismiss, rebuild): a
+    damaged SQLite ledger is refused in one line before it is opened, as serve and work
+    refuse it (written into, the damage spreads where no write had reached). The check
+    reads the whole file: about a second a gigabyte whose pages are cached."""
     from ghapp.commands.home import Home, home_from_env, require_home  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
 
     env = dict(os.environ)
@@ -576,8 +577,9 @@ def cmd_answer(args: argparse.Namespace) -> int:
 # (a server or worker running on this ledger resumes it by itself: 'drain' would run the
 # agent here, on this machine, beside it)
 DRAIN_TO_RESUME = (
-    "the agent resumes in the running 'autoloop serve' or 'autoloop work'; "
-    "with none running, 'autoloop drain' resumes it here"
+    "the agent resumes in the running 'autoloop serve' or 'autoloop work' (its own "
+    "'work --name', if its rules name a worker); with none running, 'autoloop drain' "
+    "resumes it here"
 )
 
 
@@ -608,7 +610,7 @@ def _after_approval(ctx: Any, card_id: str, waiting: Mapping[str, str]) -> str:
 def cmd_rebuild(args: argparse.Namespace) -> int:
     from ghapp.commands.show import Out  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
 
-    ctx = _open()
+    ctx = _open(writes=not args.check)
     from ghapp.runtime.ledger import Ledger  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
 
     ledger = Ledger(ctx.store, ctx.rules, ctx.clock)
@@ -1007,9 +1009,10 @@ def _failed(exc: Exception, prefix: str = "") -> int:
     if isinstance(exc, ConfigError | StoreError):
         line = str(exc)
     elif isinstance(exc, OSError) and exc.filename is not None:
+        # a file or folder the setup names (AUTOLOOP_HOME, --home, --key-dir, a key's
+        # path...): its name and the system's reason say what to fix
         line = (
-            f"{exc.filename}: {exc.strerror or exc}: check the folders given "
-            "(AUTOLOOP_HOME, --home, --key-dir) and this user's access to them"
+            f"{exc.filename}: {exc.strerror or exc}: check this path and this user's access to it"
         )
     else:
         line = ledger_failure(exc) or ""
