@@ -146,20 +146,17 @@ def serve_in_thread(app: Any, host: str, port: int) -> tuple[_Server, threading.
         loop="asyncio",
     )
     server = _Server(config)
-    # Bound here first: a port in use is the caller's one line, not uvicorn's log line
-    # before it.
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise RuntimeError(
-            f"the sandbox could not listen on {host}:{port} ({exc.strerror or exc})"
-        ) from None
-    thread = threading.Thread(
-        target=server.run, kwargs={"sockets": [sock]}, name="sandbox-http", daemon=True
-    )
+    # A port in use is the caller's one line, not uvicorn's error line before it: tried
+    # here first (uvicorn binds it again just after).
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise RuntimeError(
+                f"the sandbox could not listen on {host}:{port} ({exc.strerror or exc})"
+            ) from None
+    thread = threading.Thread(target=server.run, name="sandbox-http", daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
     while not server.started:
