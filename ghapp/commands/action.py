@@ -377,7 +377,13 @@ def deliver(
         if m.error:
             say(f"delivery {where}: {m.error}")
             continue
-        how = "started at" if m.started else f"{m.before} ->"
+        how = (
+            "started at"
+            if m.started
+            else "still"
+            if m.before == m.after
+            else f"{m.before} ->"  # (not "x -> x")
+        )
         source = f" (state read from its {m.rebuilt_from})" if m.rebuilt_from else ""
         wait = f"; waiting for {m.waiting}" if m.waiting else ""
         if m.answered:

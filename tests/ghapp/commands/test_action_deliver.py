@@ -325,6 +325,8 @@ def test_a_delivery_that_ended_starts_again_only_on_a_new_label(runner: Runner) 
         )
     )
     assert rerun.outputs["stage"] == "cancelled"  # where its delivery is, unmoved
+    assert f"#{number}: still cancelled" in rerun.stdout, rerun.stdout
+    assert "cancelled -> cancelled" not in rerun.stdout
     assert len(r.writes()) == before
 
     # The new label event starts run 2 of the delivery; its progress is shown (its seq
