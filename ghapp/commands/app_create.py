@@ -352,8 +352,10 @@ def make_plan(args: argparse.Namespace, env: Mapping[str, str]) -> Plan:
     key_file = args.key_file or settings.home / KEY_FILE
     for path in {settings_file, key_file}:
         if not path.parent.is_dir():
+            why = "is not a folder" if path.parent.exists() else "does not exist"
             raise SettingsError(
-                f"{path.parent} does not exist: run 'autoloop init' first (or set AUTOLOOP_HOME)"
+                f"{path.parent} {why}: run 'autoloop init' first (or set AUTOLOOP_HOME), "
+                f"or give {path.name} a path in a folder"
             )
     if not args.force:
         known = Settings.from_env({}, settings_file) if settings_file.exists() else None

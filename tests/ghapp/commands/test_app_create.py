@@ -214,6 +214,16 @@ def test_a_home_that_does_not_exist_is_refused(gh: SandboxHandle, tmp_path: Path
     assert proc.returncode == 2
     assert "does not exist: run 'autoloop init' first" in proc.stderr
     assert not (tmp_path / "typo").exists()
+    afile = tmp_path / "afile"  # a --config under a file: not "does not exist"
+    afile.write_text("")
+    home = tmp_path / "home"
+    init_home(home)
+    proc = run_cli(
+        "app", "create", "--org", "acme", "--url", URL, "--config", str(afile / "s.toml"),
+        env=env_for(home, gh),
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert f"{afile} is not a folder" in proc.stderr, proc.stderr
 
 
 @pytest.mark.parametrize(
