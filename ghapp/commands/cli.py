@@ -888,7 +888,9 @@ def _add_cards(sub: Any) -> None:
     s.add_argument("--all", action="store_true", help="every card, answered and closed too")
     s.add_argument("--json", action="store_true", help=JSON_HELP)
     s.set_defaults(func=cmd_cards)
-    cards_sub = s.add_subparsers(dest="cards_command", metavar="dismiss")
+    cards_sub = s.add_subparsers(
+        dest="cards_command", metavar="[dismiss CARD]", title="to close a notice card"
+    )
     d = cards_sub.add_parser("dismiss", help="close an open notice card")
     d.add_argument("card", help="the notice card's id, e.g. c3")
     d.add_argument("--json", action="store_true", help=JSON_HELP)
