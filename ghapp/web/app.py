@@ -625,10 +625,10 @@ def create_app(server: Server) -> Starlette:
         return JSONResponse({"ok": True, "facts": n, **waiting})
 
     async def metrics(request: Request) -> Response:
-        text = await asyncio.to_thread(  # it reads the ledger: off the event loop
-            render_metrics, server.metrics, server.queue, server.hub.store, server.inbox
+        return PlainTextResponse(
+            render_metrics(server.metrics, server.queue, server.hub.store, server.inbox),
+            media_type="text/plain; version=0.0.4",
         )
-        return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
     return _App(
         github_webhook,
