@@ -558,8 +558,9 @@ def create_app(server: Server) -> Starlette:
         token = request.path_params["token"]
         card_id = links.card_of(token) if links else None
         card: Card | None = None
-        if card_id is not None:  # (the ledger is read and written off the event loop)
-            found = await asyncio.to_thread(read_record, "card", card_id)
+        if card_id is not None:
+            with server.hub.store.read() as tx:
+                found = tx.get("card", card_id)
             card = found if isinstance(found, Card) else None
         granted = links.grant(token, card.opened_at) if links and card else None
         if card is None or granted is None:
@@ -579,9 +580,7 @@ def create_app(server: Server) -> Starlette:
             if choice is None:
                 return page("<p>Pick one of the options.</p>", 400)
             try:
-                out = await asyncio.to_thread(
-                    server.hub.answer, card.id, choice, by="card-link", via="link"
-                )
+                out = server.hub.answer(card.id, choice, by="card-link", via="link")
             except Exception as exc:  # the ledger cannot append (e.g. a full disk)
                 _unrecorded(f"the answer to card {card.id}", exc)
                 return page("<p>Your answer could not be saved; try again later.</p>", 503)
@@ -589,10 +588,6 @@ def create_app(server: Server) -> Starlette:
             status = 200 if out.reply.ok else 409
             return page(f"<p>{html.escape(out.reply.message)}</p>", status)
         return page(render_card_page(card, answers=answers), title=card.title)
-
-    def read_record(kind: str, rid: str) -> object:
-        with server.hub.store.read() as tx:
-            return tx.get(kind, rid)
 
     def fact_count() -> int:
         with server.hub.store.read() as tx:
