@@ -323,19 +323,8 @@ class Reviews:
             if rec.ended:
                 if not findings.started_at:
                     return True
-                out = self.hub.ledger.decide(
-                    k.Advance(
-                        pipeline=job.pipeline,
-                        subject=rec.subject,
-                        version=rec.version,
-                        stage=rec.stage,
-                        data={
-                            **rec.data,
-                            "review_spend": review_spend(rec.data, job.request, findings),
-                        },
-                        ended=True,
-                    )
-                )
+                spend = review_spend(rec.data, job.request, findings)
+                out = self._advance(rec, {**rec.data, "review_spend": spend}, ended=True)
                 if out.reply.code == "advanced":
                     log.info(
                         "review %s ended while its agent ran: its spend ($%s, %s tokens) is "
@@ -356,25 +345,28 @@ class Reviews:
                 data["findings"] = to_data(findings)
             if findings.started_at:  # an agent ran: what it spent, kept with the delivery
                 data["review_spend"] = review_spend(data, job.request, findings)
-            out = self.hub.ledger.decide(
-                k.Advance(
-                    pipeline=job.pipeline,
-                    subject=rec.subject,
-                    version=rec.version,
-                    stage=rec.stage,
-                    data=data,
-                    # findings: decide now; the spend of a review no longer wanted alone:
-                    # the next decision comes when it was due
-                    wake_at=iso(self.hub.clock()) if wanted else rec.wake_at,
-                    actions=(),
-                )
-            )
+            # findings: decide now; the spend of a review no longer wanted alone: the next
+            # decision comes when it was due
+            out = self._advance(rec, data, wake_at=iso(self.hub.clock()) if wanted else rec.wake_at)
             if out.reply.code == "advanced":
                 log.info("review %s: findings %s", job.pipeline, findings.event or findings.error)
                 return True
             if out.reply.code != "stale":
                 return False
         raise RuntimeError("the pipeline record kept moving under the findings")
+
+    def _advance(self, rec: Pipeline, data: dict[str, Any], **kw: Any) -> Any:
+        """``data`` for the delivery ``rec``, on the version read, at its stage."""
+        return self.hub.ledger.decide(
+            k.Advance(
+                pipeline=rec.id,
+                subject=rec.subject,
+                version=rec.version,
+                stage=rec.stage,
+                data=data,
+                **kw,
+            )
+        )
 
 
 REVIEW_SPEND_KEPT = 50  # the latest review runs of a delivery whose spend it keeps

@@ -117,20 +117,18 @@ def check_adapters(rules: Rules, file: str) -> None:
     from kernel.config import unknown  # noqa: PLC0415  # (with the parser, above)
 
     _check_sources(rules, file)
-    for name, agent in rules.agents.items():
-        reads = AGENT_OPTIONS.get(agent.use, ())
-        for key in agent.options:
+    specs = [
+        *(("agents", name, a.use, a.options, AGENT_OPTIONS) for name, a in rules.agents.items()),
+        *(("channels", n, c.use, c.options, CHANNEL_OPTIONS) for n, c in rules.channels.items()),
+    ]
+    for part, name, use, options, table in specs:
+        reads = table.get(use, ())
+        for key in options:
             if key not in reads:
                 raise ConfigError(
-                    unknown(key, ("use", *reads)), file=file, field=f"agents.{name}.{key}"
+                    unknown(key, ("use", *reads)), file=file, field=f"{part}.{name}.{key}"
                 )
     for name, channel in rules.channels.items():
-        reads = CHANNEL_OPTIONS.get(channel.use, ())
-        for key in channel.options:
-            if key not in reads:
-                raise ConfigError(
-                    unknown(key, ("use", *reads)), file=file, field=f"channels.{name}.{key}"
-                )
         if channel.use == "webhook" and not (
             channel.options.get("url") or channel.options.get("url_env")
         ):
