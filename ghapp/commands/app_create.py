@@ -45,6 +45,7 @@ from ghapp.runtime.settings import (
     SettingsError,
     write_settings_file,
 )
+from ghapp.runtime.signals import wait_awake
 
 __all__ = ["main", "web_url"]
 
@@ -443,7 +444,7 @@ def main(argv: list[str]) -> int:
     if args.open:
         webbrowser.open(local)
     try:
-        finished = flow.done.wait(args.timeout)
+        finished = wait_awake(flow.done, args.timeout)  # Ctrl-C acted on at once
     except KeyboardInterrupt:
         finished = False
         flow.error = "interrupted; nothing was written"

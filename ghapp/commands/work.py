@@ -24,6 +24,7 @@ from ghapp.commands.home import (
     reset_logs,
 )
 from ghapp.commands.home_ledger import db_url
+from ghapp.runtime.signals import wait_awake
 from ghapp.runtime.worker import WorkerLoop, second_stop, wait_for_turns
 from ghapp.store.base import StoreError
 from ghapp.store.sqlite import SqliteStore, refuse_damaged
@@ -127,7 +128,7 @@ def main(argv: list[str]) -> int:
     loop.start()
     code = 0
     try:
-        stop.wait()
+        wait_awake(stop)  # (not stop.wait(): see ghapp.runtime.signals)
         now = second_stop()  # a second signal from here on stops the turns at once
         loop.stop()
         # As serve does: say which turns it waits for, and a second signal stops them now
