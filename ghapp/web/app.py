@@ -131,6 +131,7 @@ def _error(status: int, message: str) -> JSONResponse:
 
 
 _TOO_LARGE = "payload over 25 MB: GitHub never sends one this large"
+HEALTH_READ_S = 2.0  # /healthz waits this long for the ledger to answer, then says so
 BODY_S = 10.0  # a body has this long to arrive...
 BODY_RATE = 64 * 1024  # ... and one more second per this many bytes it says it has
 BODY_BUDGET = 128 * 1024 * 1024  # bytes of bodies being read at once, all requests together
@@ -557,9 +558,8 @@ def create_app(server: Server) -> Starlette:
         token = request.path_params["token"]
         card_id = links.card_of(token) if links else None
         card: Card | None = None
-        if card_id is not None:
-            with server.hub.store.read() as tx:
-                found = tx.get("card", card_id)
+        if card_id is not None:  # (the ledger is read and written off the event loop)
+            found = await asyncio.to_thread(read_record, "card", card_id)
             card = found if isinstance(found, Card) else None
         granted = links.grant(token, card.opened_at) if links and card else None
         if card is None or granted is None:
@@ -579,7 +579,9 @@ def create_app(server: Server) -> Starlette:
             if choice is None:
                 return page("<p>Pick one of the options.</p>", 400)
             try:
-                out = server.hub.answer(card.id, choice, by="card-link", via="link")
+                out = await asyncio.to_thread(
+                    server.hub.answer, card.id, choice, by="card-link", via="link"
+                )
             except Exception as exc:  # the ledger cannot append (e.g. a full disk)
                 _unrecorded(f"the answer to card {card.id}", exc)
                 return page("<p>Your answer could not be saved; try again later.</p>", 503)
@@ -588,10 +590,24 @@ def create_app(server: Server) -> Starlette:
             return page(f"<p>{html.escape(out.reply.message)}</p>", status)
         return page(render_card_page(card, answers=answers), title=card.title)
 
+    def read_record(kind: str, rid: str) -> object:
+        with server.hub.store.read() as tx:
+            return tx.get(kind, rid)
+
+    def fact_count() -> int:
+        with server.hub.store.read() as tx:
+            return tx.fact_count()
+
     async def healthz(request: Request) -> Response:
+        # Read off the event loop, and not waited for past HEALTH_READ_S: a ledger that
+        # does not answer (a PostgreSQL query stuck on a silent network) held the loop,
+        # and with it every request, webhooks too, and /healthz answered nothing at all.
         try:
-            with server.hub.store.read() as tx:
-                n = tx.fact_count()
+            n = await asyncio.wait_for(asyncio.to_thread(fact_count), HEALTH_READ_S)
+        except TimeoutError:
+            log.warning("healthz: the ledger did not answer within %g s", HEALTH_READ_S)
+            doc = {"ok": False, "ledger": f"did not answer within {HEALTH_READ_S:g} s"}
+            return JSONResponse(doc, status_code=503)
         except Exception as exc:  # the detail is the operator's (the log), not the caller's
             log.warning("healthz: the ledger cannot be read: %s: %s", type(exc).__name__, exc)
             return JSONResponse({"ok": False, "ledger": "cannot be read"}, status_code=503)
@@ -609,10 +625,10 @@ def create_app(server: Server) -> Starlette:
         return JSONResponse({"ok": True, "facts": n, **waiting})
 
     async def metrics(request: Request) -> Response:
-        return PlainTextResponse(
-            render_metrics(server.metrics, server.queue, server.hub.store, server.inbox),
-            media_type="text/plain; version=0.0.4",
+        text = await asyncio.to_thread(  # it reads the ledger: off the event loop
+            render_metrics, server.metrics, server.queue, server.hub.store, server.inbox
         )
+        return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
     return _App(
         github_webhook,

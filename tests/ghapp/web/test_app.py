@@ -6,8 +6,10 @@ import json
 import socket
 import uuid
 from pathlib import Path
+from typing import Any
 
 import httpx
+import pytest
 
 from ghapp.github.sansio import sign
 from kernel.records import EventRow
@@ -120,6 +122,45 @@ def test_healthz_and_metrics_answer(tmp_path: Path) -> None:
         assert "autoloop_inbox_decided_total 1" in text
         assert "autoloop_inbox_waiting 0" in text
         assert 'autoloop_inbox_lag_seconds{quantile="0.99"}' in text
+
+
+def test_healthz_says_when_the_ledger_does_not_answer_and_the_server_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ledger that does not answer (a PostgreSQL query stuck on a silent network):
+    /healthz read it on the event loop, held every request behind it, and answered
+    nothing at all."""
+    import contextlib
+    import threading
+    import time
+
+    from ghapp.web import app as web_app
+
+    monkeypatch.setattr(web_app, "HEALTH_READ_S", 0.5)
+    with live_server(tmp_path / "h", RULES, env=ENV, start_worker=False) as live:
+        store = live.hub.store
+        real_read = store.read
+        release = threading.Event()
+
+        @contextlib.contextmanager
+        def stuck() -> Any:
+            release.wait(10)  # as a query no answer comes to
+            with real_read() as tx:
+                yield tx
+
+        monkeypatch.setattr(store, "read", stuck)
+        try:
+            started = time.monotonic()
+            health = httpx.get(f"{live.url}/healthz", timeout=5)
+            assert time.monotonic() - started < 3
+            assert health.status_code == 503
+            assert health.json() == {"ok": False, "ledger": "did not answer within 0.5 s"}
+            other = httpx.get(f"{live.url}/nowhere", timeout=2)  # the loop is free
+            assert other.status_code == 404
+        finally:
+            release.set()
+            monkeypatch.setattr(store, "read", real_read)
+        assert httpx.get(f"{live.url}/healthz").json()["ok"] is True
 
 
 def test_the_webhook_path_answers_other_methods_and_paths_as_starlette_does(
