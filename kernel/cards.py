@@ -97,6 +97,7 @@ def answer(ctx: Context, inp: Answer) -> Reply:
                     "via": inp.via,
                 },
                 hops=m.hops,
+                chain=m.chain,
                 matter=m.id,
             )
         )

@@ -42,6 +42,7 @@ class TurnStarted:
     at: str
     lease_until: str
     repair_of: str | None = None
+    chain: int | None = None  # see Event.chain (None: a ledger from before it)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

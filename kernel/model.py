@@ -15,6 +15,7 @@ Access = Literal["read", "edit", "full"]
 # The states of turns, cards, actions, timers and matters: the tables of kernel/lifecycle.py.
 
 DEFAULT_MAX_HOPS = 8
+DEFAULT_MAX_CHAIN_EVENTS = 100  # events agents may emit, in all, from one outside event
 OWNER_MATTER = "_owner"  # the matter of the owner's own cards (budget caps, lost deliveries)
 HOP_LIMIT_KEY = "hop-limit"  # the key of the card that says a chain of turns was cut
 
@@ -81,6 +82,7 @@ class Rules:
     path: str = "rules.json"
     timezone: str = "UTC"
     max_hops: int = DEFAULT_MAX_HOPS
+    max_chain_events: int = DEFAULT_MAX_CHAIN_EVENTS
     ask_first: tuple[str, ...] = ()
     owner_notify: tuple[str, ...] = ()  # channels for owner cards; default: all rules' notify
     max_parallel: int = 2
@@ -171,5 +173,8 @@ class Event:
     summary: str = ""
     link: str = ""
     hops: int = 0
+    # How many events the turns this event starts may emit, and those their events start,
+    # in all (None: an outside event, the rules' max_chain_events; see kernel.turns).
+    chain: int | None = None
     details: Mapping[str, Any] = field(default_factory=dict)  # untrusted data, never a prompt
     matter: str | None = None  # set for answers and timers: goes straight to that matter

@@ -61,6 +61,7 @@ class Matter:
     since: int = 0  # the seq of the oldest event waiting: matters run in arrival order
     running: str | None = None  # the turn running now
     hops: int = 0  # hops of the last batch
+    chain: int | None = None  # chain of the last batch (kernel.model.Event.chain)
     repair: str | None = None  # a turn whose malformed receipt must be rewritten
     retry: tuple[int, ...] = ()  # events of a failed turn to run again
     failures: int = 0  # consecutive failed attempts
@@ -127,6 +128,7 @@ class Turn:
     actions: tuple[str, ...] = ()
     refused: tuple[str, ...] = ()  # late or foreign receipts that were refused
     repair_of: str | None = None  # the turn whose receipt this one rewrites
+    chain: int | None = None  # the events its receipt may emit, with all they lead to
 
     kind = "turn"
 

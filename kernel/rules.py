@@ -31,6 +31,7 @@ from typing import Any
 from kernel.config import Reader, kind_of, load
 from kernel.cron import parse_cron
 from kernel.model import (
+    DEFAULT_MAX_CHAIN_EVENTS,
     DEFAULT_MAX_HOPS,
     Access,
     AgentSpec,
@@ -51,6 +52,7 @@ __all__ = [
 _TOP = (
     "timezone",
     "max_hops",
+    "max_chain_events",
     "ask_first",
     "owner_notify",
     "max_parallel",
@@ -189,6 +191,11 @@ class _RulesReader(Reader):
             path=self.path,
             timezone=self.timezone(data.get("timezone", "UTC")),
             max_hops=self.integer(data.get("max_hops", DEFAULT_MAX_HOPS), "max_hops", minimum=1),
+            max_chain_events=self.integer(
+                data.get("max_chain_events", DEFAULT_MAX_CHAIN_EVENTS),
+                "max_chain_events",
+                minimum=1,
+            ),
             ask_first=self.strings(data.get("ask_first", []), "ask_first"),
             owner_notify=self.channel_refs(data.get("owner_notify", []), "owner_notify", channels),
             max_parallel=self.integer(data.get("max_parallel", 2), "max_parallel", minimum=1),

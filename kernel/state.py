@@ -115,7 +115,9 @@ def _turn_started(st: State, fact: f.TurnStarted) -> set[Key]:
             if st.queued.pop(qid, None) is not None:
                 touched.add(("queued", qid))  # gone: the store deletes it
         m = _r(m, waiting=False, retry=() if fact.kind == "retry" else m.retry)
-    touched.add(st.put(_r(m, running=fact.turn, hops=fact.hops, turns=m.turns + 1)))
+    touched.add(
+        st.put(_r(m, running=fact.turn, hops=fact.hops, chain=fact.chain, turns=m.turns + 1))
+    )
     touched.add(
         st.put(
             Turn(
@@ -135,6 +137,7 @@ def _turn_started(st: State, fact: f.TurnStarted) -> set[Key]:
                 lease_until=fact.lease_until,
                 started_at=fact.at,
                 repair_of=fact.repair_of,
+                chain=fact.chain,
             )
         )
     )

@@ -48,6 +48,7 @@ def tick(ctx: Context, inp: Tick) -> Reply:
                 summary=tm.why,
                 details={"timer": tm.id, "why": tm.why, "due": tm.due},
                 hops=m.hops if m else tm.hops,
+                chain=m.chain if m else None,
                 matter=tm.matter,
             )
         )

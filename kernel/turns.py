@@ -51,6 +51,12 @@ def claim(ctx: Context, inp: Claim) -> Reply:
     else:
         kind, batch = "normal", st.pending_of(m.id)
     hops = max((st.events[s].event.hops for s in batch if s in st.events), default=m.hops)
+    # The least of the batch's chains: a turn goes on with the most spent chain it carries.
+    full = ctx.rules.max_chain_events
+    chain = min(
+        (_chain(st.events[s].event.chain, full) for s in batch if s in st.events),
+        default=_chain(m.chain, full),
+    )
     n = st.meta.turns + 1
     turn = f"t{n}"
     ctx.emit(
@@ -70,6 +76,7 @@ def claim(ctx: Context, inp: Claim) -> Reply:
             at=ctx.at,
             lease_until=iso(ctx.now + timedelta(seconds=inp.lease_s)),
             repair_of=m.repair if kind == "repair" else None,
+            chain=chain,
         )
     )
     return Reply(ok=True, code="started", message=f"turn {turn} started", data={"turn": turn})
@@ -254,6 +261,14 @@ def _apply_receipt(ctx: Context, t: Turn, m: Matter, rule: Rule, r: Receipt) -> 
                 turn=t.id,
             )
         )
+    # The chain: a turn may emit as many events as its chain allows (the rules'
+    # max_chain_events for one started by an outside event); what is left is shared out
+    # among those it emits. So one outside event leads to at most max_chain_events
+    # emitted events in all, however the turns branch (max_hops bounds only the depth:
+    # 20 events a receipt over 8 hops were 20^8 turns).
+    left = _chain(t.chain, ctx.rules.max_chain_events)
+    sent = min(len(r.events), left)
+    share = (left - sent) // sent if sent else 0
     for i, spec in enumerate(r.events):
         ev = Event(
             source="agent",
@@ -263,8 +278,26 @@ def _apply_receipt(ctx: Context, t: Turn, m: Matter, rule: Rule, r: Receipt) -> 
             summary=spec.summary,
             details=dict(spec.details),
             hops=t.hops + 1,
+            chain=share,
         )
-        if ev.hops > ctx.rules.max_hops:
+        if i >= sent and ev.hops <= ctx.rules.max_hops:
+            ctx.record_event(ev, reason=f"chain limit {ctx.rules.max_chain_events} reached")
+            if ctx.live_card(m.id, HOP_LIMIT_KEY) is None:
+                ctx.open_card(
+                    key=HOP_LIMIT_KEY,
+                    matter=m.id,
+                    kind="notice",
+                    title="A chain of agent turns was cut",
+                    text=(
+                        f"Turn {t.id} emitted {len(r.events)} event(s); its chain allowed "
+                        f"{left} more (one outside event leads to at most max_chain_events "
+                        f"{ctx.rules.max_chain_events} emitted events in all). The rest were "
+                        "recorded but not dispatched. Check the rules' emits for a loop."
+                    ),
+                    turn=t.id,
+                    hops=t.hops,
+                )
+        elif ev.hops > ctx.rules.max_hops:
             ctx.record_event(ev, reason=f"hop limit {ctx.rules.max_hops} reached")
             if ctx.live_card(m.id, HOP_LIMIT_KEY) is None:
                 ctx.open_card(
@@ -326,3 +359,8 @@ def _apply_receipt(ctx: Context, t: Turn, m: Matter, rule: Rule, r: Receipt) -> 
 def _brief(params: Mapping[str, Any]) -> str:
     parts = [f"{k}={str(v)[:60]}" for k, v in sorted(params.items())]
     return ", ".join(parts)[:300] or "no parameters"
+
+
+def _chain(chain: int | None, full: int) -> int:
+    """A chain as a number (None: an outside event's, or a ledger's from before chains)."""
+    return full if chain is None else chain

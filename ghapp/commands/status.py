@@ -66,6 +66,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "actions": (),
         "refused": (),
         "repair_of": None,
+        "chain": None,
     },
     "card": {
         "state": "open",
@@ -83,7 +84,14 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "delivered": {},
     },
     "event": {"routes": (), "dispatched": False, "reason": ""},
-    "event.event": {"summary": "", "link": "", "hops": 0, "details": {}, "matter": None},
+    "event.event": {
+        "summary": "",
+        "link": "",
+        "hops": 0,
+        "chain": None,
+        "details": {},
+        "matter": None,
+    },
     "timer": {"why": "", "hops": 0, "turn": "", "fired": False},
     "matter": {
         "agent_session": None,
@@ -95,6 +103,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "retry": (),
         "failures": 0,
         "turns": 0,
+        "chain": None,
     },
     "pipeline": {
         "data": {},

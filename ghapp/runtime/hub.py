@@ -167,6 +167,7 @@ class RedactingLedger(Ledger):
                     summary=r(ev.summary),
                     link=r(ev.link),
                     hops=ev.hops,
+                    chain=ev.chain,
                     details=scrub(dict(ev.details), r),
                     matter=masked_key(r, ev.matter, self.id_key) if ev.matter else ev.matter,
                 ),

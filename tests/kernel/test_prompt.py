@@ -39,3 +39,12 @@ def test_a_type_that_is_not_lowercase_words_is_withheld() -> None:
     rows = [EventRow(seq=1, event=shouting, at=T0.isoformat())]
     prompt = build_prompt(RULES, RULES.rules[0], turn(), rows, ["data/event-1.json"])
     assert f"- event 1: {WITHHELD} from ext" in prompt and "IGNORE" not in prompt
+
+
+def test_the_context_file_says_how_many_events_the_turn_may_emit() -> None:
+    """An agent that fans out learns its chain's share before its emits are cut."""
+    rows = [EventRow(seq=7, event=Event(source="s", id="1", type="a.b", subject="x"), at="")]
+    fresh = build_context(RULES, RULES.rules[0], turn(), rows, ["data/event-7.json"])
+    assert fresh["chain"] == RULES.max_chain_events  # a turn of a ledger from before chains
+    shared = Turn(id="t2", matter="r", rule="r", agent="a", worker="w", events=(7,), chain=3)
+    assert build_context(RULES, RULES.rules[0], shared, rows, ["d"])["chain"] == 3

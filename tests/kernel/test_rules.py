@@ -306,8 +306,9 @@ ERRORS: list[tuple[str, Mutation, str]] = [
         "unknown top-level field",
         _set("timezon", "UTC"),
         'rules.json: field "timezon": unknown field "timezon" (did you mean "timezone"? known: '
-        "timezone, max_hops, ask_first, owner_notify, max_parallel, max_usd_per_day, "
-        "max_tokens_per_day, secret_env, mentions, sources, agents, channels, rules)",
+        "timezone, max_hops, max_chain_events, ask_first, owner_notify, max_parallel, "
+        "max_usd_per_day, max_tokens_per_day, secret_env, mentions, sources, agents, channels, "
+        "rules)",
     ),
     (
         "a mention written with its @",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from kernel import inputs as k
 from kernel.model import HOP_LIMIT_KEY, ReceiptError, Trigger
@@ -422,3 +423,70 @@ def test_replay_equals_the_state_reached_step_by_step() -> None:
     kn.finish(t1, ASK)
     kn.step(k.Answer(card="c1", choice=3, by="me"))
     assert kn.replayed().records() == kn.state.records()
+
+
+def _branching(kn: Kernel, fan: int, limit: int = 500) -> list[str]:
+    """Run every waiting matter until none waits (at most ``limit`` turns), each turn
+    emitting ``fan`` pings with subjects of their own (so each founds a matter): the
+    turns run, in order."""
+    turns: list[str] = []
+    n = 0
+    while waiting := sorted(m.id for m in kn.state.matters.values() if m.waiting):
+        for mid in waiting:
+            t = kn.claim(mid)
+            assert t is not None
+            turns.append(t)
+            assert len(turns) <= limit, "the chain did not end"
+            emits = []
+            for _ in range(fan):
+                n += 1
+                emits.append({"type": "ping", "subject": f"s{n}"})
+            kn.finish(t, receipt(json.dumps({"events": emits})))
+    return turns
+
+
+def test_a_branching_chain_emits_at_most_max_chain_events_in_all() -> None:
+    """max_hops bounds a chain's depth only: three events a receipt over eight hops were
+    3^8 turns from one outside event. Each turn now shares what its chain has left among
+    the events it emits."""
+    fan_out = rule(on=Trigger(type=("ping",)), emits=("ping",), parallel=True)
+    kn = Kernel(replace(rules_of(fan_out), max_chain_events=30))
+    kn.step(k.Ingest(event=ev("start")))
+    turns = _branching(kn, 3)
+    emitted = [e for e in kn.state.events.values() if e.event.source == "agent"]
+    sent = [e for e in emitted if e.dispatched]
+    # 3 + 9 + 18: the root's turn leaves (30-3)//3 = 9 to each of its events, theirs
+    # (9-3)//3 = 2 to each of theirs, which send 2 of their 3 and then nothing
+    assert len(sent) == 30
+    assert len(turns) == 1 + 3 + 9 + 18
+    cut = [e for e in emitted if not e.dispatched]
+    assert len(cut) == 9 * 1 + 18 * 3
+    assert {e.reason for e in cut} == {"chain limit 30 reached"}
+    cards = [c for c in kn.state.cards.values() if c.key == HOP_LIMIT_KEY]
+    assert len(cards) == 9 + 18  # one a matter whose turn was cut
+    assert "max_chain_events 30" in cards[0].text and "recorded but not dispatched" in cards[0].text
+    assert replay(kn.facts) == kn.state
+
+
+def test_an_outside_event_starts_a_new_chain_and_an_answer_keeps_its_matters() -> None:
+    fan_out = rule(on=Trigger(type=("ping",)), emits=("ping",), parallel=True)
+    kn = Kernel(replace(rules_of(fan_out), max_chain_events=4))
+    kn.step(k.Ingest(event=ev("start")))
+    _branching(kn, 2)  # 2 sent, sharing 1 each; then 1 each; then none
+    spent = [m for m in kn.state.matters.values() if m.chain == 0]
+    assert spent
+    again = spent[0]
+    # a person comments there: a new outside event, a whole chain
+    kn.step(k.Ingest(event=ev("comment", subject=again.subject)))
+    t = kn.claim(again.id)
+    assert t is not None and kn.state.turns[t].chain == 4
+    kn.finish(t, ASK)
+    # an answer wakes the matter with the chain of its last batch, not a new one
+    (card,) = [c for c in kn.state.cards.values() if c.key == "colour"]
+    kn.step(k.Answer(card=card.id, choice=1, by="me"))
+    t2 = kn.claim(again.id)
+    assert t2 is not None and kn.state.turns[t2].chain == 4
+    pings = [{"type": "ping", "subject": f"x{i}"} for i in range(6)]
+    kn.finish(t2, receipt(json.dumps({"events": pings})))
+    mine = [e for e in kn.state.events.values() if e.event.id.startswith(f"{t2}.")]
+    assert [e.dispatched for e in mine] == [True] * 4 + [False] * 2

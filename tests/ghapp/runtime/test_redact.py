@@ -419,6 +419,7 @@ def test_the_hubs_cleaning_keeps_every_field_of_an_ingest_and_masks_the_texts() 
         "summary": f"said {token}",
         "link": f"https://example.invalid/?t={token}",
         "hops": 3,
+        "chain": 7,
         "details": {"body": f"here: {token}", "n": 1},
         "matter": "triage/o/r#1",
     }
@@ -434,7 +435,7 @@ def test_the_hubs_cleaning_keeps_every_field_of_an_ingest_and_masks_the_texts() 
     assert isinstance(out, k.Ingest)
     assert out.ignore == "caused by this app"
     assert out.content_key == "github:ab"  # a key, not text: kept as it is
-    for name in ("source", "id", "type", "hops", "matter"):
+    for name in ("source", "id", "type", "hops", "chain", "matter"):
         assert getattr(out.event, name) == values[name]
     # a secret in a key (the id, the matter) is masked too, and keys stay apart
     other = "ghp_" + "Z9y8X7w6V5u4T3s2R1q0P9o8N7m6L5k4J3i2"
