@@ -131,6 +131,7 @@ class TimerArmed:
     why: str = ""
     hops: int = 0
     turn: str = ""
+    chain: int | None = None  # its event's (kernel.model.Event.chain; None: as before it)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -165,6 +165,7 @@ class Timer:
     hops: int = 0
     turn: str = ""
     fired: bool = False
+    chain: int | None = None  # its event's (None: the matter's, as before it)
 
     kind = "timer"
 

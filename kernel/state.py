@@ -284,6 +284,7 @@ def _timer_armed(st: State, fact: f.TimerArmed) -> set[Key]:
         why=fact.why,
         hops=fact.hops,
         turn=fact.turn,
+        chain=fact.chain,
     )
     return {st.put(timer)} | _attach(st, fact.turn, "TimerArmed", timers=fact.timer)
 

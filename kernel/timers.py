@@ -48,7 +48,7 @@ def tick(ctx: Context, inp: Tick) -> Reply:
                 summary=tm.why,
                 details={"timer": tm.id, "why": tm.why, "due": tm.due},
                 hops=m.hops if m else tm.hops,
-                chain=m.chain if m else None,
+                chain=tm.chain if tm.chain is not None else m.chain if m else None,
                 matter=tm.matter,
             )
         )

@@ -246,7 +246,18 @@ def _apply_receipt(ctx: Context, t: Turn, m: Matter, rule: Rule, r: Receipt) -> 
             turn=t.id,
             hops=t.hops,
         )
-    for i, later in enumerate(r.later):
+    # The chain: a turn may arm as many re-checks and emit as many events as its chain
+    # allows (the rules' max_chain_events for one started by an outside event); what is
+    # left is shared out among them. So one outside event leads to at most
+    # max_chain_events re-checks and emitted events in all, however the turns branch
+    # (max_hops bounds only the depth: 20 events a receipt over 8 hops were 20^8 turns,
+    # and a re-check that re-armed itself ran until a daily cap, if any, stopped it).
+    left = _chain(t.chain, ctx.rules.max_chain_events)
+    deep = t.hops + 1 > ctx.rules.max_hops  # its events are cut by the hop limit
+    wanted = len(r.later) + (0 if deep else len(r.events))
+    sent = min(wanted, left)
+    share = (left - sent) // sent if sent else 0
+    for i, later in enumerate(r.later[:sent]):
         if later.in_seconds is not None:
             due = ctx.now + timedelta(seconds=later.in_seconds)
         else:
@@ -259,16 +270,9 @@ def _apply_receipt(ctx: Context, t: Turn, m: Matter, rule: Rule, r: Receipt) -> 
                 why=later.why,
                 hops=t.hops,
                 turn=t.id,
+                chain=share,
             )
         )
-    # The chain: a turn may emit as many events as its chain allows (the rules'
-    # max_chain_events for one started by an outside event); what is left is shared out
-    # among those it emits. So one outside event leads to at most max_chain_events
-    # emitted events in all, however the turns branch (max_hops bounds only the depth:
-    # 20 events a receipt over 8 hops were 20^8 turns).
-    left = _chain(t.chain, ctx.rules.max_chain_events)
-    sent = min(len(r.events), left)
-    share = (left - sent) // sent if sent else 0
     for i, spec in enumerate(r.events):
         ev = Event(
             source="agent",
@@ -280,23 +284,8 @@ def _apply_receipt(ctx: Context, t: Turn, m: Matter, rule: Rule, r: Receipt) -> 
             hops=t.hops + 1,
             chain=share,
         )
-        if i >= sent and ev.hops <= ctx.rules.max_hops:
+        if not deep and len(r.later) + i >= sent:
             ctx.record_event(ev, reason=f"chain limit {ctx.rules.max_chain_events} reached")
-            if ctx.live_card(m.id, HOP_LIMIT_KEY) is None:
-                ctx.open_card(
-                    key=HOP_LIMIT_KEY,
-                    matter=m.id,
-                    kind="notice",
-                    title="A chain of agent turns was cut",
-                    text=(
-                        f"Turn {t.id} emitted {len(r.events)} event(s); its chain allowed "
-                        f"{left} more (one outside event leads to at most max_chain_events "
-                        f"{ctx.rules.max_chain_events} emitted events in all). The rest were "
-                        "recorded but not dispatched. Check the rules' emits for a loop."
-                    ),
-                    turn=t.id,
-                    hops=t.hops,
-                )
         elif ev.hops > ctx.rules.max_hops:
             ctx.record_event(ev, reason=f"hop limit {ctx.rules.max_hops} reached")
             if ctx.live_card(m.id, HOP_LIMIT_KEY) is None:
@@ -315,6 +304,22 @@ def _apply_receipt(ctx: Context, t: Turn, m: Matter, rule: Rule, r: Receipt) -> 
                 )
         else:
             ctx.record_event(ev)
+    if wanted > sent and ctx.live_card(m.id, HOP_LIMIT_KEY) is None:
+        ctx.open_card(
+            key=HOP_LIMIT_KEY,
+            matter=m.id,
+            kind="notice",
+            title="A chain of agent turns was cut",
+            text=(
+                f"Turn {t.id} asked for {wanted} re-check(s) and event(s); its chain allowed "
+                f"{left} (one outside event leads to at most max_chain_events "
+                f"{ctx.rules.max_chain_events} re-checks and emitted events in all). "
+                f"{wanted - sent} were cut: re-checks not armed, events recorded but not "
+                "dispatched. Check the rules' emits and the agent's re-checks for a loop."
+            ),
+            turn=t.id,
+            hops=t.hops,
+        )
     for i, act in enumerate(r.actions):
         aid = f"{t.id}.a{i}"
         params = dict(act.params)

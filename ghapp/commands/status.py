@@ -92,7 +92,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "details": {},
         "matter": None,
     },
-    "timer": {"why": "", "hops": 0, "turn": "", "fired": False},
+    "timer": {"why": "", "hops": 0, "turn": "", "fired": False, "chain": None},
     "matter": {
         "agent_session": None,
         "waiting": False,
@@ -116,7 +116,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     },
 }
 #: The fields of a timer, in order: ``--json`` lists every one.
-TIMER_FIELDS = ("id", "matter", "due", "why", "hops", "turn", "fired")
+TIMER_FIELDS = ("id", "matter", "due", "why", "hops", "turn", "fired", "chain")
 #: Where the home remembers the timezone and caps of the rules file the parser accepted.
 RULES_CHECKED = "rules-checked.json"
 _CHECKED_VERSION = 2  # 2: the workers of the rules too

@@ -650,13 +650,13 @@ def migrate(cur: Any, ph: str) -> None:
     """Bring a ledger written by an older autoloop to ``SCHEMA_VERSION`` (in the caller's
     write transaction, after the tables exist). A newer ledger is refused.
 
-    The facts never change shape; the projections did (schema 2 moved event rows to
-    their own table, schema 3 made each waiting event a row of its own, schema 4 gave a
-    matter the seq its wait began at, ``since``, schema 5 gave a matter, a turn and an
-    event's row its chain, ``chain``), so an older ledger gets its projections rebuilt
-    from its facts (an older autoloop cannot read the rows of a newer one). (Schema 4
-    came late: ledgers of schema 3 written after ``since`` came are rebuilt too, to the
-    same rows.)
+    The facts never change shape (a new field has a default, which old facts mean); the
+    projections did (schema 2 moved event rows to their own table, schema 3 made each
+    waiting event a row of its own, schema 4 gave a matter the seq its wait began at,
+    ``since``, schema 5 gave a matter, a turn, a timer and an event's row its chain,
+    ``chain``), so an older ledger gets its projections rebuilt from its facts (an older
+    autoloop cannot read the rows of a newer one). (Schema 4 came late: ledgers of schema
+    3 written after ``since`` came are rebuilt too, to the same rows.)
     """
     tx = SqlTx(cur, ph)
     cur.execute("SELECT v FROM ledger_info WHERE k = 'schema'")

@@ -490,3 +490,27 @@ def test_an_outside_event_starts_a_new_chain_and_an_answer_keeps_its_matters() -
     kn.finish(t2, receipt(json.dumps({"events": pings})))
     mine = [e for e in kn.state.events.values() if e.event.id.startswith(f"{t2}.")]
     assert [e.dispatched for e in mine] == [True] * 4 + [False] * 2
+
+
+def test_a_recheck_that_rearms_itself_ends_with_its_chain() -> None:
+    """A `later` kept the hops of its matter: an agent that re-armed its re-check every
+    turn ran until a daily cap stopped it, and none is set by default."""
+    kn = Kernel(replace(rules_of(rule()), max_chain_events=5))
+    kn.step(k.Ingest(event=ev("start")))
+    turns = []
+    for _ in range(20):
+        t = kn.claim("r")
+        if t is None:
+            kn.advance(minutes=2)
+            kn.step(k.Tick())
+            t = kn.claim("r")
+            if t is None:
+                break
+        turns.append(t)
+        kn.finish(t, receipt(json.dumps({"later": [{"in": "1m", "why": "look again"}]})))
+    assert len(turns) == 1 + 5  # the first, then five re-checks
+    assert [kn.state.turns[t].chain for t in turns] == [5, 4, 3, 2, 1, 0]
+    assert len(kn.state.timers) == 5  # the last turn's re-check was not armed
+    (card,) = [c for c in kn.state.cards.values() if c.key == HOP_LIMIT_KEY]
+    assert "re-checks not armed" in card.text and card.turn == turns[-1]
+    assert replay(kn.facts) == kn.state
