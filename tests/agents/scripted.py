@@ -66,6 +66,9 @@ def main() -> int:
             )
     elif mode == "loop":
         print(block({"events": [{"type": "loop"}]}))
+    elif mode == "fan":  # three events, each a subject of its own (a parallel rule's matter)
+        turn = os.environ.get("AUTOLOOP_TURN", "x")
+        print(block({"events": [{"type": "loop", "subject": f"{turn}.{i}"} for i in range(3)]}))
     elif mode == "malformed":
         if ctx.get("repair"):
             print(block({"notice": [{"title": "repaired"}]}))

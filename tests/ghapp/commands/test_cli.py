@@ -71,7 +71,7 @@ class Cli:
                     + (["--gate", str(self.home / "gate")] if mode == "slow" else [])
                     + ["{prompt}"],
                 }
-                for mode in ("ask", "loop", "malformed", "silent", "later", "slow")
+                for mode in ("ask", "loop", "fan", "malformed", "silent", "later", "slow")
             },
             "rules": rules,
             **top,
@@ -197,6 +197,25 @@ def test_agents_waking_agents_stop_at_the_hop_limit(cli: Cli) -> None:
     cut = [e for e in status["events"] if e["hops"] == 9]
     assert len(cut) == 1 and cut[0]["dispatched"] is False
     assert len([c for c in status["cards"] if c["key"] == "hop-limit"]) == 1
+
+
+def test_agents_branching_out_stop_at_the_chain_limit(cli: Cli) -> None:
+    """Three events a turn, each founding a matter: the hop limit alone let 3^8 turns
+    run from one event; max_chain_events bounds the whole tree."""
+    fan = one_rule("fan", emits=["loop"], parallel=True)
+    fan["on"] = {"type": ["ping", "loop"]}  # its own events too (source "agent")
+    cli.rules([fan], max_chain_events=6)
+    cli.run("emit", "local", "ping", "x", "--id", "e1")
+    cli.run("drain")
+    status = cli.json("status")
+    emitted = [e for e in status["events"] if e["source"] == "agent"]
+    # the first turn sends 3, sharing (6-3)//3 = 1 each; those send 1 of 3, sharing none
+    assert len([e for e in emitted if e["dispatched"]]) == 6
+    assert len(status["turns"]) == 1 + 3 + 3
+    assert {e["reason"] for e in emitted if not e["dispatched"]} == {"chain limit 6 reached"}
+    assert len([c for c in status["cards"] if c["key"] == "hop-limit"]) == 6
+    chains = sorted(run["context"]["chain"] for run in cli.agent_runs())
+    assert chains == [0, 0, 0, 1, 1, 1, 6]  # what context.json told each turn
 
 
 def test_malformed_receipt_gets_one_repair_in_the_same_session(cli: Cli) -> None:
