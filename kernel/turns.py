@@ -51,10 +51,17 @@ def claim(ctx: Context, inp: Claim) -> Reply:
     else:
         kind, batch = "normal", st.pending_of(m.id)
     hops = max((st.events[s].event.hops for s in batch if s in st.events), default=m.hops)
-    # The least of the batch's chains: a turn goes on with the most spent chain it carries.
+    # The chain: an event's own, shared among the matters it went to (two rules on one
+    # type each took it whole, and the bound grew with every route at every hop); of a
+    # batch, the largest (the turn takes them all at once: never more than their sum,
+    # and a person's comment that came with a spent re-check starts a whole chain).
     full = ctx.rules.max_chain_events
-    chain = min(
-        (_chain(st.events[s].event.chain, full) for s in batch if s in st.events),
+    chain = max(
+        (
+            _chain(row.event.chain, full) // max(1, len(row.routes))
+            for s in batch
+            if (row := st.events.get(s)) is not None
+        ),
         default=_chain(m.chain, full),
     )
     n = st.meta.turns + 1

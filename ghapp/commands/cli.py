@@ -361,6 +361,7 @@ def why_trail(store: Any, turn_id: str) -> dict[str, Any] | None:
         "rules_version": turn.rules_version,
         "matter": turn.matter,
         "hops": turn.hops,
+        "chain": turn.chain,  # None: a turn of a ledger from before chains
         "events": [
             {
                 "seq": e.seq,
@@ -369,6 +370,7 @@ def why_trail(store: Any, turn_id: str) -> dict[str, Any] | None:
                 "type": e.event.type,
                 "subject": e.event.subject,
                 "hops": e.event.hops,
+                "chain": e.event.chain,
             }
             for e in events
             if isinstance(e, EventRow)
@@ -402,7 +404,8 @@ def why_lines(store: Any, turn_id: str) -> list[str]:
     claim = t["claim"]
     out = [
         f"turn {t['turn']} ({t['kind']}) under rules version {t['rules_version']}",
-        f"  rule {t['rule']}, matter {t['matter']}, hops {t['hops']}",
+        f"  rule {t['rule']}, matter {t['matter']}, hops {t['hops']}"
+        + (f", chain {t['chain']}" if t["chain"] is not None else ""),
     ]
     for e in t["events"]:
         out.append(

@@ -177,6 +177,7 @@ def status_data(store: Store, home: Path, now: datetime) -> dict[str, Any]:
                 "agent_session": t["agent_session"] or "",
                 "events": list(t["events"]),
                 "hops": t["hops"],
+                "chain": t["chain"],
                 "started_at": t["started_at"],
                 "ended_at": t["ended_at"],
                 "lease_until": t["lease_until"] if t["state"] == "running" else "",
@@ -210,6 +211,7 @@ def status_data(store: Store, home: Path, now: datetime) -> dict[str, Any]:
                 "type": e["event"]["type"],
                 "subject": e["event"]["subject"],
                 "hops": e["event"].get("hops", event_defaults["hops"]),
+                "chain": e["event"].get("chain", event_defaults["chain"]),
                 "dispatched": e["dispatched"],
                 "routes": list(e["routes"]),
                 "reason": e["reason"],
@@ -228,6 +230,7 @@ def status_data(store: Store, home: Path, now: datetime) -> dict[str, Any]:
                 "running": m["running"],
                 "session": m["session"],
                 "agent_session": m["agent_session"] or "",
+                "chain": m["chain"],
             }
             for m in matters
         ],

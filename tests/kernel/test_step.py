@@ -514,3 +514,41 @@ def test_a_recheck_that_rearms_itself_ends_with_its_chain() -> None:
     (card,) = [c for c in kn.state.cards.values() if c.key == HOP_LIMIT_KEY]
     assert "re-checks not armed" in card.text and card.turn == turns[-1]
     assert replay(kn.facts) == kn.state
+
+
+def test_an_event_two_rules_take_shares_its_chain_between_them() -> None:
+    """Each matter an event went to took its whole chain: two rules on one type doubled
+    the bound at every hop (1,022 turns from one event, against a bound of 10)."""
+    rules = [rule(name, emits=("ping",), parallel=True) for name in ("a", "b")]
+    kn = Kernel(replace(rules_of(*rules), max_chain_events=10))
+    kn.step(k.Ingest(event=ev("start")))
+    turns = 0
+    while waiting := sorted(m.id for m in kn.state.matters.values() if m.waiting):
+        for mid in waiting:
+            t = kn.claim(mid)
+            assert t is not None
+            turns += 1
+            assert turns <= 200, "the chain did not end"
+            # one event, a subject of its own: a matter of each rule's
+            kn.finish(t, receipt(json.dumps({"events": [{"type": "ping", "subject": t}]})))
+    sent = [e for e in kn.state.events.values() if e.event.source == "agent" and e.dispatched]
+    assert 0 < len(sent) <= 10
+    assert kn.state.turns["t1"].chain == 5  # the outside event's 10, in two
+    assert replay(kn.facts) == kn.state
+
+
+def test_a_comment_batched_with_a_spent_recheck_starts_a_whole_chain() -> None:
+    """A turn took the least chain of its batch: a person's comment that came with a
+    re-check whose chain was spent could not emit anything."""
+    kn = Kernel(replace(rules_of(rule()), max_chain_events=3))
+    kn.step(k.Ingest(event=ev("start")))
+    t1 = kn.claim("r")
+    assert t1 is not None
+    later = [{"in": "1m", "why": f"look {i}"} for i in range(3)]
+    kn.finish(t1, receipt(json.dumps({"later": later})))  # each with a share of 0
+    kn.advance(minutes=2)
+    kn.step(k.Tick())
+    kn.step(k.Ingest(event=ev("comment")))
+    t2 = kn.claim("r")
+    assert t2 is not None and len(kn.state.turns[t2].events) == 4
+    assert kn.state.turns[t2].chain == 3

@@ -89,6 +89,7 @@ def reference_status(store: Store, rules: Rules | None, now: datetime) -> dict[s
                 "agent_session": t.agent_session or "",
                 "events": list(t.events),
                 "hops": t.hops,
+                "chain": t.chain,
                 "started_at": t.started_at,
                 "ended_at": t.ended_at,
                 "lease_until": t.lease_until if t.state == "running" else "",
@@ -106,6 +107,7 @@ def reference_status(store: Store, rules: Rules | None, now: datetime) -> dict[s
                 "type": e.event.type,
                 "subject": e.event.subject,
                 "hops": e.event.hops,
+                "chain": e.event.chain,
                 "dispatched": e.dispatched,
                 "routes": list(e.routes),
                 "reason": e.reason,
@@ -124,6 +126,7 @@ def reference_status(store: Store, rules: Rules | None, now: datetime) -> dict[s
                 "running": m.running,
                 "session": m.session,
                 "agent_session": m.agent_session or "",
+                "chain": m.chain,
             }
             for m in matters
         ],
