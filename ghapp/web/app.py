@@ -31,6 +31,7 @@ import logging
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -132,6 +133,7 @@ def _error(status: int, message: str) -> JSONResponse:
 
 _TOO_LARGE = "payload over 25 MB: GitHub never sends one this large"
 HEALTH_READ_S = 2.0  # /healthz waits this long for the ledger to answer, then says so
+METRICS_READ_S = 5.0  # and /metrics this long
 BODY_S = 10.0  # a body has this long to arrive...
 BODY_RATE = 64 * 1024  # ... and one more second per this many bytes it says it has
 BODY_BUDGET = 128 * 1024 * 1024  # bytes of bodies being read at once, all requests together
@@ -286,6 +288,30 @@ class _App(Starlette):
             await response(scope, receive, send)
             return
         await super().__call__(scope, receive, send)
+
+
+class StillReading(Exception):
+    """An earlier read of :class:`OneRead` has not returned."""
+
+
+class OneRead:
+    """The ledger reads of a probe (``/healthz``, ``/metrics``), one at a time, on a
+    thread of its own. When the ledger does not answer (a PostgreSQL query stuck on a
+    silent network), what waits for it is one thread, and the next probe is told at once:
+    each probe left one more thread of asyncio's shared pool waiting, and once the pool
+    was full, the webhooks' signature checks, which use it, waited too."""
+
+    def __init__(self, name: str) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        self._pending: Future[Any] | None = None
+
+    async def run(self, read: Callable[[], Any], within_s: float) -> Any:
+        """``read()``'s result; :class:`TimeoutError` past ``within_s``, and
+        :class:`StillReading` while a read that timed out has not returned."""
+        if self._pending is not None and not self._pending.done():
+            raise StillReading
+        self._pending = self._pool.submit(read)
+        return await asyncio.wait_for(asyncio.wrap_future(self._pending), within_s)
 
 
 def create_app(server: Server) -> Starlette:
@@ -598,15 +624,21 @@ def create_app(server: Server) -> Starlette:
         with server.hub.store.read() as tx:
             return tx.fact_count()
 
+    health_reads = OneRead("healthz")
+    metrics_reads = OneRead("metrics")
+
     async def healthz(request: Request) -> Response:
         # Read off the event loop, and not waited for past HEALTH_READ_S: a ledger that
         # does not answer (a PostgreSQL query stuck on a silent network) held the loop,
         # and with it every request, webhooks too, and /healthz answered nothing at all.
         try:
-            n = await asyncio.wait_for(asyncio.to_thread(fact_count), HEALTH_READ_S)
+            n = await health_reads.run(fact_count, HEALTH_READ_S)
         except TimeoutError:
             log.warning("healthz: the ledger did not answer within %g s", HEALTH_READ_S)
             doc = {"ok": False, "ledger": f"did not answer within {HEALTH_READ_S:g} s"}
+            return JSONResponse(doc, status_code=503)
+        except StillReading:
+            doc = {"ok": False, "ledger": "has not answered an earlier read yet"}
             return JSONResponse(doc, status_code=503)
         except Exception as exc:  # the detail is the operator's (the log), not the caller's
             log.warning("healthz: the ledger cannot be read: %s: %s", type(exc).__name__, exc)
@@ -624,10 +656,21 @@ def create_app(server: Server) -> Starlette:
             return JSONResponse({**doc, "facts": n, **waiting}, status_code=503)
         return JSONResponse({"ok": True, "facts": n, **waiting})
 
+    def metrics_text() -> str:
+        return render_metrics(server.metrics, server.queue, server.hub.store, server.inbox)
+
     async def metrics(request: Request) -> Response:
-        text = await asyncio.to_thread(  # it reads the ledger: off the event loop
-            render_metrics, server.metrics, server.queue, server.hub.store, server.inbox
-        )
+        try:  # it reads the ledger: off the event loop, as /healthz does
+            text = await metrics_reads.run(metrics_text, METRICS_READ_S)
+        except TimeoutError:
+            log.warning("metrics: the ledger did not answer within %g s", METRICS_READ_S)
+            return PlainTextResponse(
+                f"the ledger did not answer within {METRICS_READ_S:g} s\n", status_code=503
+            )
+        except StillReading:
+            return PlainTextResponse(
+                "the ledger has not answered an earlier read yet\n", status_code=503
+            )
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
     return _App(

@@ -137,13 +137,17 @@ def test_healthz_says_when_the_ledger_does_not_answer_and_the_server_goes_on(
     from ghapp.web import app as web_app
 
     monkeypatch.setattr(web_app, "HEALTH_READ_S", 0.5)
+    monkeypatch.setattr(web_app, "METRICS_READ_S", 0.5)
     with live_server(tmp_path / "h", RULES, env=ENV, start_worker=False) as live:
         store = live.hub.store
         real_read = store.read
         release = threading.Event()
 
+        entered: list[str] = []
+
         @contextlib.contextmanager
         def stuck() -> Any:
+            entered.append(threading.current_thread().name)
             release.wait(10)  # as a query no answer comes to
             with real_read() as tx:
                 yield tx
@@ -157,10 +161,30 @@ def test_healthz_says_when_the_ledger_does_not_answer_and_the_server_goes_on(
             assert health.json() == {"ok": False, "ledger": "did not answer within 0.5 s"}
             other = httpx.get(f"{live.url}/nowhere", timeout=2)  # the loop is free
             assert other.status_code == 404
+            # Probes that come meanwhile are told at once, and wait on no more threads:
+            # each one left a thread of asyncio's shared pool waiting, and once the pool
+            # was full the webhooks' signature checks, which use it, waited too.
+            for _ in range(8):
+                again = httpx.get(f"{live.url}/healthz", timeout=2)
+                assert again.status_code == 503
+                assert again.json() == {
+                    "ok": False,
+                    "ledger": "has not answered an earlier read yet",
+                }
+            scraped = [httpx.get(f"{live.url}/metrics", timeout=8) for _ in range(3)]
+            assert [r.status_code for r in scraped] == [503, 503, 503]
+            assert scraped[0].text == "the ledger did not answer within 0.5 s\n"
+            assert scraped[1].text == "the ledger has not answered an earlier read yet\n"
+            assert len(entered) == 2, entered  # one for /healthz, one for /metrics
         finally:
             release.set()
             monkeypatch.setattr(store, "read", real_read)
-        assert httpx.get(f"{live.url}/healthz").json()["ok"] is True
+        # the read that waited returns (a moment after the release), and probes read again
+        deadline = time.monotonic() + 5
+        while (health := httpx.get(f"{live.url}/healthz").json())["ok"] is not True:
+            assert time.monotonic() < deadline, health
+            time.sleep(0.05)
+        assert httpx.get(f"{live.url}/metrics").status_code == 200
 
 
 def test_the_webhook_path_answers_other_methods_and_paths_as_starlette_does(
