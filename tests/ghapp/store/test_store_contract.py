@@ -261,9 +261,10 @@ def test_a_ledger_is_named_as_proposed_when_it_has_no_name(store_url: str) -> No
     s.close()
 
 
-@pytest.mark.parametrize("old", [1, 2, 3])
+@pytest.mark.parametrize("old", [1, 2, 3, 4])
 def test_an_older_ledger_is_migrated_on_open(store_url: str, old: int) -> None:
-    """Ledgers written before a matter kept when its wait began (schema 3: an upgraded
+    """Ledgers written before rows had a chain (schema 4: an older autoloop cannot read
+    the rows of a newer one), before a matter kept when its wait began (schema 3: an upgraded
     ledger failed `rebuild --check`, the documented check before a start), before
     waiting events became rows of their own (schema 2), or before event rows got their
     own table (schema 1), open with everything in place."""
@@ -281,7 +282,9 @@ def test_an_older_ledger_is_migrated_on_open(store_url: str, old: int) -> None:
             cur.execute("DELETE FROM queued")
         cur.execute("SELECT data FROM records WHERE kind = 'matter' AND id = 'r'")
         matter = json.loads(cur.fetchone()[0])
-        matter.pop("since", None)
+        matter.pop("chain", None)
+        if old < 4:
+            matter.pop("since", None)
         if old < 3:
             del matter["waiting"]
             matter["pending"] = [4, 5]
@@ -289,6 +292,14 @@ def test_an_older_ledger_is_migrated_on_open(store_url: str, old: int) -> None:
             "UPDATE records SET data = ? WHERE kind = 'matter' AND id = 'r'".replace("?", ph),
             (json.dumps(matter),),
         )
+        cur.execute("SELECT id, data FROM records WHERE kind = 'turn'")
+        for tid, data in cur.fetchall():
+            turn = json.loads(data)
+            turn.pop("chain", None)
+            cur.execute(
+                "UPDATE records SET data = ? WHERE kind = 'turn' AND id = ?".replace("?", ph),
+                (json.dumps(turn), tid),
+            )
         if old == 1:
             cur.execute("SELECT seq, matter, state, data FROM events")
             for seq, m, state, data in cur.fetchall():
