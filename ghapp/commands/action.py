@@ -214,6 +214,7 @@ def _run(
             stack.callback(who.client.close)
         before = _versions(ctx.store)
         hub = ctx.hub(on_turn=lambda phase, turn: _say_turn(say, phase, turn))
+        hub.cards.say_unshown = False  # the run's report names each card not posted, once
         if who is not None:
             wire(hub, who, renv.run_id)
         name = "pull_request" if renv.event_name == "pull_request_target" else renv.event_name

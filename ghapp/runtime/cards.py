@@ -59,6 +59,10 @@ class Cards:
         #: why a card is not shown on a channel yet, the last try's reason (a run that
         #: has no next sweep, such as the Action's, reports them)
         self.unshown: dict[tuple[str, str], str] = {}
+        #: log a card a channel did not take (off where the run reports ``unshown``
+        #: itself: the Action printed each refusal twice, once saying a sweep that never
+        #: comes would try again)
+        self.say_unshown = True
         self._lock = threading.Lock()
         self._stripes = [threading.RLock() for _ in range(32)]  # see deliver()
 
@@ -158,7 +162,7 @@ class Cards:
             )
         except Exception as exc:  # an outage leaves the card undelivered; the sweep retries
             self.unshown[(card.id, name)] = str(exc) or type(exc).__name__
-            if (card.id, name, card.version) not in self._failed:
+            if self.say_unshown and (card.id, name, card.version) not in self._failed:
                 self._failed.add((card.id, name, card.version))
                 log.warning(
                     'card %s not shown on channel "%s": %s; the next sweep tries again',

@@ -355,6 +355,7 @@ def test_a_token_without_write_access_fails_the_job_and_says_which_permissions(
     assert error.startswith("::error::card c1 not posted: ")
     assert "403" in error
     assert error.endswith("; the job's token (or the App) needs issues: write"), error
+    assert "not shown" not in ran.stderr  # said once (it was said twice, with a retry to come)
     assert "waiting for `/answer" not in ran.summary
     assert "| c1 | How should this issue be triaged? | not posted: " in ran.summary
     assert "> **Not written:** card c1 not posted: " in ran.summary
