@@ -24,6 +24,7 @@ the ``Server`` object.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import hmac
 import html
@@ -585,7 +586,7 @@ def create_app(server: Server) -> Starlette:
         card_id = links.card_of(token) if links else None
         card: Card | None = None
         if card_id is not None:  # (the ledger is read and written off the event loop)
-            found = await asyncio.to_thread(read_record, "card", card_id)
+            found = await ledger_call(read_record, "card", card_id)
             card = found if isinstance(found, Card) else None
         granted = links.grant(token, card.opened_at) if links and card else None
         if card is None or granted is None:
@@ -605,7 +606,7 @@ def create_app(server: Server) -> Starlette:
             if choice is None:
                 return page("<p>Pick one of the options.</p>", 400)
             try:
-                out = await asyncio.to_thread(
+                out = await ledger_call(
                     server.hub.answer, card.id, choice, by="card-link", via="link"
                 )
             except Exception as exc:  # the ledger cannot append (e.g. a full disk)
@@ -623,6 +624,16 @@ def create_app(server: Server) -> Starlette:
     def fact_count() -> int:
         with server.hub.store.read() as tx:
             return tx.fact_count()
+
+    # A card's page reads and writes the ledger on threads of its own: clicks that wait on
+    # a ledger that does not answer take none of asyncio's shared pool, which the
+    # webhooks' signature checks use.
+    card_threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="card-page")
+
+    async def ledger_call(fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(
+            card_threads, functools.partial(fn, *args, **kw)
+        )
 
     health_reads = OneRead("healthz")
     metrics_reads = OneRead("metrics")
