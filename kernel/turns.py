@@ -9,6 +9,7 @@ rule and applied at once: cards asked, notices posted, timers armed, events emit
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -20,6 +21,7 @@ from kernel.inputs import AgentOutcome, Claim, Finish, Heartbeat, PerformAction,
 from kernel.model import HOP_LIMIT_KEY, Event, Receipt, ReceiptError, Rule
 from kernel.receipt import agent_may_resolve, parse_receipt
 from kernel.records import Matter, Turn
+from kernel.routing import route
 
 __all__ = ["claim", "failed", "finish", "heartbeat"]
 
@@ -261,9 +263,25 @@ def _apply_receipt(ctx: Context, t: Turn, m: Matter, rule: Rule, r: Receipt) -> 
     # and a re-check that re-armed itself ran until a daily cap, if any, stopped it).
     left = _chain(t.chain, ctx.rules.max_chain_events)
     deep = t.hops + 1 > ctx.rules.max_hops  # its events are cut by the hop limit
-    wanted = len(r.later) + (0 if deep else len(r.events))
+    events = [
+        Event(
+            source="agent",
+            id=f"{t.id}.{i}",
+            type=spec.type,
+            subject=spec.subject or m.subject,
+            summary=spec.summary,
+            details=dict(spec.details),
+            hops=t.hops + 1,
+        )
+        for i, spec in enumerate(r.events)
+    ]
+    # only the events a rule takes count (one no rule takes, "triage.done" said for the
+    # record, took a share that then went unused)
+    taken = [not deep and bool(route(ctx.rules, ev)) for ev in events]
+    wanted = len(r.later) + sum(taken)
     sent = min(wanted, left)
     share = (left - sent) // sent if sent else 0
+    room = sent - min(len(r.later), sent)  # for events, after the re-checks
     for i, later in enumerate(r.later[:sent]):
         if later.in_seconds is not None:
             due = ctx.now + timedelta(seconds=later.in_seconds)
@@ -280,20 +298,14 @@ def _apply_receipt(ctx: Context, t: Turn, m: Matter, rule: Rule, r: Receipt) -> 
                 chain=share,
             )
         )
-    for i, spec in enumerate(r.events):
-        ev = Event(
-            source="agent",
-            id=f"{t.id}.{i}",
-            type=spec.type,
-            subject=spec.subject or m.subject,
-            summary=spec.summary,
-            details=dict(spec.details),
-            hops=t.hops + 1,
-            chain=share,
-        )
-        if not deep and len(r.later) + i >= sent:
+    for spec, bare, takes in zip(r.events, events, taken, strict=True):
+        ev = replace(bare, chain=share)
+        if takes and room <= 0:
             ctx.record_event(ev, reason=f"chain limit {ctx.rules.max_chain_events} reached")
-        elif ev.hops > ctx.rules.max_hops:
+        elif takes:
+            room -= 1
+            ctx.record_event(ev)
+        elif deep:
             ctx.record_event(ev, reason=f"hop limit {ctx.rules.max_hops} reached")
             if ctx.live_card(m.id, HOP_LIMIT_KEY) is None:
                 ctx.open_card(

@@ -552,3 +552,19 @@ def test_a_comment_batched_with_a_spent_recheck_starts_a_whole_chain() -> None:
     t2 = kn.claim("r")
     assert t2 is not None and len(kn.state.turns[t2].events) == 4
     assert kn.state.turns[t2].chain == 3
+
+
+def test_an_event_no_rule_takes_leaves_the_chain_to_those_one_does() -> None:
+    """An event said for the record (no rule takes it) took a share of the chain that
+    then went unused: the event a rule took got half of what was left."""
+    said = rule(on=Trigger(type=("ping",)), emits=("ping", "noted"), parallel=True)
+    kn = Kernel(replace(rules_of(said), max_chain_events=10))
+    kn.step(k.Ingest(event=ev("start")))
+    t = kn.claim("r/s")
+    assert t is not None
+    emits = [{"type": "noted"}, {"type": "ping", "subject": "next"}, {"type": "noted"}]
+    kn.finish(t, receipt(json.dumps({"events": emits})))
+    rows = {e.event.id: e for e in kn.state.events.values() if e.event.source == "agent"}
+    assert rows[f"{t}.1"].dispatched and rows[f"{t}.1"].event.chain == 9  # (10-1)//1
+    assert [rows[f"{t}.{i}"].reason for i in (0, 2)] == ["no rule matches"] * 2
+    assert not [c for c in kn.state.cards.values() if c.key == HOP_LIMIT_KEY]
