@@ -97,6 +97,10 @@ class Rules:
     channels: Mapping[str, ChannelSpec] = field(default_factory=dict)
     rules: tuple[Rule, ...] = ()
 
+    def chain(self, chain: int | None) -> int:
+        """A chain as a number (None: an outside event's, or one from before chains)."""
+        return self.max_chain_events if chain is None else chain
+
     def rule(self, name: str) -> Rule | None:
         for r in self.rules:
             if r.name == name:

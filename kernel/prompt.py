@@ -70,7 +70,7 @@ def build_context(
         "kind": turn.kind_,
         "hops": turn.hops,
         # how many events this turn's receipt may emit (past it: recorded, not dispatched)
-        "chain": rules.max_chain_events if turn.chain is None else turn.chain,
+        "chain": rules.chain(turn.chain),
         "rules_version": rules.version,
         "emits": list(rule.emits),
         "allow": list(rule.allow),

@@ -57,14 +57,13 @@ def claim(ctx: Context, inp: Claim) -> Reply:
     # type each took it whole, and the bound grew with every route at every hop); of a
     # batch, the largest (the turn takes them all at once: never more than their sum,
     # and a person's comment that came with a spent re-check starts a whole chain).
-    full = ctx.rules.max_chain_events
     chain = max(
         (
-            _chain(row.event.chain, full) // max(1, len(row.routes))
+            ctx.rules.chain(row.event.chain) // max(1, len(row.routes))
             for s in batch
             if (row := st.events.get(s)) is not None
         ),
-        default=_chain(m.chain, full),
+        default=ctx.rules.chain(m.chain),
     )
     n = st.meta.turns + 1
     turn = f"t{n}"
@@ -261,7 +260,7 @@ def _apply_receipt(ctx: Context, t: Turn, m: Matter, rule: Rule, r: Receipt) -> 
     # max_chain_events re-checks and emitted events in all, however the turns branch
     # (max_hops bounds only the depth: 20 events a receipt over 8 hops were 20^8 turns,
     # and a re-check that re-armed itself ran until a daily cap, if any, stopped it).
-    left = _chain(t.chain, ctx.rules.max_chain_events)
+    left = ctx.rules.chain(t.chain)
     deep = t.hops + 1 > ctx.rules.max_hops  # its events are cut by the hop limit
     events = [
         Event(
@@ -307,38 +306,23 @@ def _apply_receipt(ctx: Context, t: Turn, m: Matter, rule: Rule, r: Receipt) -> 
             ctx.record_event(ev)
         elif deep:
             ctx.record_event(ev, reason=f"hop limit {ctx.rules.max_hops} reached")
-            if ctx.live_card(m.id, HOP_LIMIT_KEY) is None:
-                ctx.open_card(
-                    key=HOP_LIMIT_KEY,
-                    matter=m.id,
-                    kind="notice",
-                    title="A chain of agent turns was cut",
-                    text=(
-                        f"Turn {t.id} emitted {spec.type!r} at hop {ev.hops}, past max_hops "
-                        f"{ctx.rules.max_hops}. The event was recorded but not dispatched. "
-                        "Check the rules' emits for a loop."
-                    ),
-                    turn=t.id,
-                    hops=t.hops,
-                )
+            _cut(
+                ctx, m, t,
+                f"Turn {t.id} emitted {spec.type!r} at hop {ev.hops}, past max_hops "
+                f"{ctx.rules.max_hops}. The event was recorded but not dispatched. "
+                "Check the rules' emits for a loop.",
+            )  # fmt: skip
         else:
             ctx.record_event(ev)
-    if wanted > sent and ctx.live_card(m.id, HOP_LIMIT_KEY) is None:
-        ctx.open_card(
-            key=HOP_LIMIT_KEY,
-            matter=m.id,
-            kind="notice",
-            title="A chain of agent turns was cut",
-            text=(
-                f"Turn {t.id} asked for {wanted} re-check(s) and event(s); its chain allowed "
-                f"{left} (one outside event leads to at most max_chain_events "
-                f"{ctx.rules.max_chain_events} re-checks and emitted events in all). "
-                f"{wanted - sent} were cut: re-checks not armed, events recorded but not "
-                "dispatched. Check the rules' emits and the agent's re-checks for a loop."
-            ),
-            turn=t.id,
-            hops=t.hops,
-        )
+    if wanted > sent:
+        _cut(
+            ctx, m, t,
+            f"Turn {t.id} asked for {wanted} re-check(s) and event(s); its chain allowed "
+            f"{left} (one outside event leads to at most max_chain_events "
+            f"{ctx.rules.max_chain_events} re-checks and emitted events in all). "
+            f"{wanted - sent} were cut: re-checks not armed, events recorded but not "
+            "dispatched. Check the rules' emits and the agent's re-checks for a loop.",
+        )  # fmt: skip
     for i, act in enumerate(r.actions):
         aid = f"{t.id}.a{i}"
         params = dict(act.params)
@@ -385,6 +369,16 @@ def _brief(params: Mapping[str, Any]) -> str:
     return ", ".join(parts)[:300] or "no parameters"
 
 
-def _chain(chain: int | None, full: int) -> int:
-    """A chain as a number (None: an outside event's, or a ledger's from before chains)."""
-    return full if chain is None else chain
+def _cut(ctx: Context, m: Matter, t: Turn, text: str) -> None:
+    """Tell the owner, once a matter, that a chain of its turns was cut (the hop limit,
+    the chain limit): the card no agent may close."""
+    if ctx.live_card(m.id, HOP_LIMIT_KEY) is None:
+        ctx.open_card(
+            key=HOP_LIMIT_KEY,
+            matter=m.id,
+            kind="notice",
+            title="A chain of agent turns was cut",
+            text=text,
+            turn=t.id,
+            hops=t.hops,
+        )

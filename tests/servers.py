@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,3 +72,26 @@ def live_server(
     finally:
         running.stop()
         ctx.store.close()
+
+
+@contextlib.contextmanager
+def stuck_ledger(store: Any) -> Iterator[list[str]]:
+    """``store``'s reads wait (at most 10 s) as a query no answer comes to, until the
+    block ends: yields the names of the threads that started one, in order."""
+    real_read = store.read
+    release = threading.Event()
+    entered: list[str] = []
+
+    @contextlib.contextmanager
+    def stuck() -> Iterator[Any]:
+        entered.append(threading.current_thread().name)
+        release.wait(10)
+        with real_read() as tx:
+            yield tx
+
+    store.read = stuck
+    try:
+        yield entered
+    finally:
+        release.set()
+        store.read = real_read

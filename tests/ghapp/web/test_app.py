@@ -6,7 +6,6 @@ import json
 import socket
 import uuid
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -15,7 +14,7 @@ from ghapp.github.sansio import sign
 from kernel.records import EventRow
 from tests import paths
 from tests.ghapp.web.logged import logs
-from tests.servers import live_server
+from tests.servers import live_server, stuck_ledger
 
 FIXTURES = paths.FIXTURES / "github" / "webhooks"
 SECRET = "webhook-secret-for-tests"
@@ -130,8 +129,6 @@ def test_healthz_says_when_the_ledger_does_not_answer_and_the_server_goes_on(
     """A ledger that does not answer (a PostgreSQL query stuck on a silent network):
     /healthz read it on the event loop, held every request behind it, and answered
     nothing at all."""
-    import contextlib
-    import threading
     import time
 
     from ghapp.web import app as web_app
@@ -139,21 +136,7 @@ def test_healthz_says_when_the_ledger_does_not_answer_and_the_server_goes_on(
     monkeypatch.setattr(web_app, "HEALTH_READ_S", 0.5)
     monkeypatch.setattr(web_app, "METRICS_READ_S", 0.5)
     with live_server(tmp_path / "h", RULES, env=ENV, start_worker=False) as live:
-        store = live.hub.store
-        real_read = store.read
-        release = threading.Event()
-
-        entered: list[str] = []
-
-        @contextlib.contextmanager
-        def stuck() -> Any:
-            entered.append(threading.current_thread().name)
-            release.wait(10)  # as a query no answer comes to
-            with real_read() as tx:
-                yield tx
-
-        monkeypatch.setattr(store, "read", stuck)
-        try:
+        with stuck_ledger(live.hub.store) as entered:
             started = time.monotonic()
             health = httpx.get(f"{live.url}/healthz", timeout=5)
             assert time.monotonic() - started < 3
@@ -176,9 +159,6 @@ def test_healthz_says_when_the_ledger_does_not_answer_and_the_server_goes_on(
             assert scraped[0].text == "the ledger did not answer within 0.5 s\n"
             assert scraped[1].text == "the ledger has not answered an earlier read yet\n"
             assert len(entered) == 2, entered  # one for /healthz, one for /metrics
-        finally:
-            release.set()
-            monkeypatch.setattr(store, "read", real_read)
         # the read that waited returns (a moment after the release), and probes read again
         deadline = time.monotonic() + 5
         while (health := httpx.get(f"{live.url}/healthz").json())["ok"] is not True:

@@ -19,7 +19,7 @@ from ghapp.web.cards import form_choice
 from kernel.model import Event
 from kernel.records import Card
 from tests import paths
-from tests.servers import Live, live_server
+from tests.servers import Live, live_server, stuck_ledger
 
 RULES = {
     "agents": {"demo": {"use": "demo"}},
@@ -228,30 +228,15 @@ def test_autoloop_serve_with_an_empty_key_exits_2_with_one_line(tmp_path: Path) 
 
 
 def test_clicks_on_a_ledger_that_does_not_answer_wait_on_threads_of_their_own(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
     """Each click waited on a thread of asyncio's shared pool, which the webhooks'
     signature checks use: a few clicks on a stuck ledger held them all."""
-    import contextlib
-    import threading
     from concurrent.futures import ThreadPoolExecutor
 
     with live_server(tmp_path / "h", RULES, start_worker=False) as live:
         card = open_question(live)
         url = links_of(live).url(card)
-        store = live.hub.store
-        real_read = store.read
-        release = threading.Event()
-        entered: list[str] = []
-
-        @contextlib.contextmanager
-        def stuck() -> object:
-            entered.append(threading.current_thread().name)
-            release.wait(10)  # as a query no answer comes to
-            with real_read() as tx:
-                yield tx
-
-        monkeypatch.setattr(store, "read", stuck)
 
         def click() -> str:
             try:
@@ -259,12 +244,9 @@ def test_clicks_on_a_ledger_that_does_not_answer_wait_on_threads_of_their_own(
             except httpx.TimeoutException:
                 return "waited"
 
-        try:
+        with stuck_ledger(live.hub.store) as entered:
             with ThreadPoolExecutor(8) as clicks:
                 said = list(clicks.map(lambda _: click(), range(8)))
             assert said == ["waited"] * 8
             assert len(entered) == 2 and all(n.startswith("card-page") for n in entered), entered
-        finally:
-            release.set()
-            monkeypatch.setattr(store, "read", real_read)
         assert httpx.get(url, timeout=10).status_code == 200
