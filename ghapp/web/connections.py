@@ -4,7 +4,7 @@ uvicorn's HTTP/1.1 protocols close a connection that stays idle *after* a respon
 (``timeout_keep_alive``), but one that never sends a request, or sends its headers a
 byte at a time, stays open for ever. Each holds a file descriptor: past the open-file
 limit ``accept()`` fails, and the server is unreachable for everyone, GitHub included.
-:func:`guarded_httptools` (the default, with ``uvicorn[standard]``) and
+:func:`guarded_httptools` (the default, with httptools installed) and
 :class:`GuardedH11` (where httptools cannot install) add two rules to uvicorn's
 protocol:
 
@@ -186,9 +186,9 @@ class GuardedH11(_Guard, H11Protocol):
 @functools.cache
 def guarded_httptools() -> type[_Guard] | None:
     """uvicorn's httptools protocol with a header deadline and shedding (see the module);
-    None where httptools is not installed (``uvicorn[standard]`` could not install)."""
+    None where httptools is not installed (it could not install)."""
     try:
-        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol  # noqa: PLC0415  # optional: only with uvicorn[standard]
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol  # noqa: PLC0415  # optional: only with httptools installed
     except ImportError:  # pragma: no cover  # httptools absent
         return None
 
@@ -243,7 +243,7 @@ def guarded_protocol(
         raise ValueError(f"unknown HTTP protocol {http!r}: choose auto, httptools or h11")
     fast = guarded_httptools() if http != "h11" else None
     if http == "httptools" and fast is None:
-        raise ValueError("httptools is not installed: pip install 'uvicorn[standard]', or use h11")
+        raise ValueError("httptools is not installed: pip install httptools, or use h11")
     base: type[_Guard] = fast or GuardedH11
     return type(
         base.__name__,
@@ -258,7 +258,7 @@ def event_loop(loop: str = "auto") -> str:
     if loop not in ("auto", "uvloop", "asyncio"):
         raise ValueError(f"unknown event loop {loop!r}: choose auto, uvloop or asyncio")
     if loop == "uvloop" and importlib.util.find_spec("uvloop") is None:
-        raise ValueError("uvloop is not installed: pip install 'uvicorn[standard]', or use asyncio")
+        raise ValueError("uvloop is not installed: pip install uvloop, or use asyncio")
     return loop
 
 

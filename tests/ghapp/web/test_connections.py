@@ -33,7 +33,7 @@ from tests.ghapp.web.test_app import ENV, FIXTURES, RULES, SECRET, post
 from tests.servers import free_port, live_server
 
 BODY = (FIXTURES / "issues" / "opened.json").read_bytes()
-# Each test runs on both stacks: httptools on uvloop (the default with uvicorn[standard])
+# Each test runs on both stacks: httptools on uvloop (the default when both are installed)
 # and h11 on asyncio (where those extras cannot install).
 STACKS = {"httptools": ("httptools", "uvloop"), "h11": ("h11", "asyncio")}
 

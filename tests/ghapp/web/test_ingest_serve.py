@@ -132,7 +132,7 @@ def test_the_http_stack_defaults_to_the_fastest_installed_and_env_or_flags_pick_
     assert serve.stack(flags, {"AUTOLOOP_HTTP": "h11"}) == ("httptools", "uvloop")
     from ghapp.web.connections import guarded_httptools, guarded_protocol
 
-    # with uvicorn[standard] installed, auto is httptools; h11 stays available
+    # with httptools installed, auto is httptools; h11 stays available
     assert guarded_httptools() is not None
     assert issubclass(guarded_protocol("auto"), guarded_httptools())  # type: ignore[arg-type]
     assert guarded_protocol("h11").__name__ == "GuardedH11"
