@@ -261,5 +261,5 @@ class Ledger:
         return diffs
 
     def rebuild(self) -> int:
-        with self.store.write() as tx:
+        with self.store.write(long=True) as tx:
             return rebuild_records(tx)

@@ -131,9 +131,13 @@ class Tx(Protocol):
 class Store(Protocol):
     url: str
 
-    def write(self, *, durable: bool = True) -> contextlib.AbstractContextManager[Tx]:
+    def write(
+        self, *, durable: bool = True, long: bool = False
+    ) -> contextlib.AbstractContextManager[Tx]:
         """A write transaction; ``durable=False``: its commit may wait for a later sync
-        (SQLite: :meth:`~ghapp.store.sqlite.SqliteStore.sync_log`; PostgreSQL ignores it)."""
+        (SQLite: :meth:`~ghapp.store.sqlite.SqliteStore.sync_log`; PostgreSQL ignores it).
+        ``long``: it may compute for long between statements (a rebuild); PostgreSQL
+        gives up any other that sits idle (:data:`ghapp.store.postgres.HOLD_S`)."""
         ...
 
     def read(self) -> contextlib.AbstractContextManager[Tx]: ...

@@ -84,6 +84,17 @@ KEEPALIVE: dict[str, str] = {
     "tcp_user_timeout": "30000",  # ms that sent data may stay unacknowledged
 }
 
+# A replica that stops between two statements of a write (its process paused, or its
+# network cut: the server notices a silent client only when its own TCP gives up, two
+# hours by default) would hold the ledger's write lock, and so every replica's writes,
+# until then. The server gives up a write transaction that sits idle this long: the lock
+# is freed, that transaction is rolled back (nothing of it was acknowledged), and the
+# stopped replica connects anew at its next write. A write takes milliseconds between
+# statements; a rebuild (``long``), which may compute for minutes, is not bounded. A URL
+# whose ``options`` set ``idle_in_transaction_session_timeout`` itself keeps its value.
+HOLD_S = 15.0
+HOLD_SETTING = "idle_in_transaction_session_timeout"
+
 
 def _ready(conn: Any) -> bool:
     """The ledger's tables, at this schema, and their triggers are there: opening it
@@ -118,12 +129,13 @@ def _ready(conn: Any) -> bool:
 
 
 class PostgresStore:
-    def __init__(self, url: str, *, connect_timeout_s: int = 10) -> None:
+    def __init__(self, url: str, *, connect_timeout_s: int = 10, hold_s: float = HOLD_S) -> None:
         import psycopg  # noqa: PLC0415  # only users of PostgreSQL need it loaded
 
         self.url = url
         self._psycopg = psycopg
         self._params: dict[str, Any] = self._connect_params(url)
+        self._hold_ms = None if self._url_sets(HOLD_SETTING) else str(round(hold_s * 1000))
         try:
             self._conn: Any = psycopg.connect(
                 url, autocommit=True, connect_timeout=connect_timeout_s, **self._params
@@ -160,6 +172,14 @@ class PostgresStore:
             return {}
         return {k: v for k, v in KEEPALIVE.items() if k not in given}
 
+    def _url_sets(self, setting: str) -> bool:
+        """The URL's ``options`` (``-c NAME=VALUE`` for the server) name ``setting``."""
+        try:
+            given = self._psycopg.conninfo.conninfo_to_dict(self.url)
+        except self._psycopg.Error:
+            return False
+        return setting in str(given.get("options") or "")
+
     def _connection(self) -> Any:
         """The connection, made again when the last one was lost (the server restarted,
         a network cut): before, one outage of a few seconds left ``serve`` and ``work``
@@ -177,13 +197,20 @@ class PostgresStore:
         return self._conn
 
     @contextlib.contextmanager
-    def write(self, *, durable: bool = True) -> Iterator[SqlTx]:
-        # every commit here is durable (``durable`` is for SQLite's webhook inbox)
+    def write(self, *, durable: bool = True, long: bool = False) -> Iterator[SqlTx]:
+        # every commit here is durable (``durable`` is for SQLite's webhook inbox); one
+        # that sits idle for :data:`HOLD_S` is given up by the server, unless ``long``
         with self._lock:
             conn = self._connection()
             with conn.transaction():
                 cur = conn.cursor()
-                cur.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_ID,))
+                if long or self._hold_ms is None:
+                    cur.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_ID,))
+                else:  # one round trip: the setting lasts until this transaction ends
+                    cur.execute(
+                        "SELECT pg_advisory_xact_lock(%s), set_config(%s, %s, true)",
+                        (LOCK_ID, HOLD_SETTING, self._hold_ms),
+                    )
                 yield SqlTx(cur, "%s")
 
     @contextlib.contextmanager

@@ -234,7 +234,7 @@ class SqliteStore:
                 time.sleep(0.05)
 
     @contextlib.contextmanager
-    def write(self, *, durable: bool = True) -> Iterator[SqlTx]:
+    def write(self, *, durable: bool = True, long: bool = False) -> Iterator[SqlTx]:
         """A write transaction. ``durable=False`` commits without waiting for the disk
         (``synchronous=NORMAL`` for this one commit): it becomes durable with the next
         durable commit of this file or :meth:`sync_log`, whichever comes first (the log

@@ -53,7 +53,7 @@ class CrashingStore:
         self.crash_next = False
 
     @contextlib.contextmanager
-    def write(self, *, durable: bool = True) -> Iterator[Tx]:
+    def write(self, *, durable: bool = True, long: bool = False) -> Iterator[Tx]:
         with self.inner.write() as tx:
             yield tx
             if self.crash_next:

@@ -219,7 +219,7 @@ class FaultyStore:
             return tx.last_fact()
 
     @contextlib.contextmanager
-    def write(self, *, durable: bool = True) -> Iterator[Tx]:
+    def write(self, *, durable: bool = True, long: bool = False) -> Iterator[Tx]:
         outer = self._depth == 0
         point = self.kill_at if outer else None
         full = outer and self.full_writes > 0
