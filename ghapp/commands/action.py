@@ -15,8 +15,9 @@ One run:
    pull request, write-backs, each once;
 4. in modes ``deliver`` and ``auto``, the deliveries the event concerns are moved on
    (:class:`~ghapp.github.level.LevelDeliveries`) until each waits on the world;
-5. the outputs ``turns``, ``cards`` (raised by this run) and ``stage`` (the delivery's of
-   the event's pull request, or of the one this run moved) and a Markdown summary are
+5. the outputs ``turns``, ``cards`` (raised by this run), ``stage`` (the delivery's of
+   the event's pull request, or of the one this run moved), ``cost-usd`` and ``tokens``
+   (what the agents this run started reported spending) and a Markdown summary are
    written.
 
 Nothing waits in the job: a question is a card on the issue and a row in the ledger, the
@@ -529,7 +530,8 @@ One run:
   3. runs what is runnable now: turns, cards as comments, write-backs, each once;
   4. in modes deliver and auto, moves the pull requests labelled 'deliver' (or
      'deliver-review') that the event concerns along the pipeline, until each waits;
-  5. writes the outputs turns, cards and stage, and a summary for the job's page.
+  5. writes the outputs turns, cards, stage, cost-usd and tokens (what the agents it
+     started reported spending), and a summary for the job's page.
 
 Nothing waits in the job: a question becomes a card on the issue or pull request, the
 job ends, and the event that carries the answer resumes the agent. For the rules'
@@ -598,8 +600,9 @@ def main(argv: list[str]) -> int:
             flush=True,
         )
         return 1
-    raised = len(report.new_cards) + sum(len(m.cards) for m in report.deliveries)
-    _say(f"done: {len(report.turns)} turn(s), {raised} card(s) raised")
+    spent = report.spent
+    agents = f", agents spent {spent.text()}" if spent.runs else ""
+    _say(f"done: {len(report.turns)} turn(s), {report.cards_raised} card(s) raised{agents}")
     failed = [m for m in report.deliveries if m.error]
     for m in failed:
         print(annotation("error", f"delivery {m.repo}#{m.number}: {m.error}"), flush=True)

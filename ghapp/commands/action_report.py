@@ -1,12 +1,15 @@
 """What one ``autoloop action`` run tells the workflow: outputs, a summary, annotations.
 
 - outputs (``GITHUB_OUTPUT``): ``turns`` (turns run), ``cards`` (cards raised, the
-  deliveries' included) and ``stage`` (the delivery stage of the run's pull request, or of
-  the delivery it moved; empty when there is none);
-- the job summary (``GITHUB_STEP_SUMMARY``): Markdown tables of the event, the turns, the
-  cards with links to their comments, and the deliveries (stage before and after, what
-  each waits for, the writes made, with links to their sticky comments); text that others
-  wrote (card titles come from agents, which read issues) is escaped, so it stays text;
+  deliveries' included), ``stage`` (the delivery stage of the run's pull request, or of
+  the delivery it moved; empty when there is none), and ``cost-usd`` and ``tokens``: what
+  the agents this run started (its turns and the deliveries' review agents) reported
+  spending;
+- the job summary (``GITHUB_STEP_SUMMARY``): Markdown tables of the event, the turns
+  (with what each spent), the cards with links to their comments, and the deliveries
+  (stage before and after, what each waits for, the writes made, the review agents' runs
+  and spend, with links to their sticky comments); text that others wrote (card titles
+  come from agents, which read issues) is escaped, so it stays text;
 - annotations: ``::error::`` and ``::warning::`` lines, escaped as the runner reads them.
 """
 
@@ -26,6 +29,7 @@ __all__ = [
     "ActionRun",
     "Answered",
     "Recorded",
+    "Spent",
     "annotation",
     "outputs",
     "summary",
@@ -85,6 +89,43 @@ class ActionRun:
         """Cards this run raised: the rules' and the deliveries'."""
         return len(self.new_cards) + sum(len(m.cards) for m in self.deliveries)
 
+    @property
+    def spent(self) -> Spent:
+        """What the agents this run started reported: its turns and the review agents'
+        runs of its deliveries."""
+        runs = [(t.tokens, t.cost_usd) for t in self.turns]
+        runs += [(f.tokens, f.cost_usd) for m in self.deliveries for f in m.reviews]
+        return Spent.of(runs)
+
+
+@dataclass(frozen=True, slots=True)
+class Spent:
+    """What agents reported spending: ``runs`` of them; ``reported``: how many gave a
+    cost or a token count at all (an agent may report neither)."""
+
+    runs: int = 0
+    reported: int = 0
+    tokens: int = 0
+    cost_usd: float = 0.0
+
+    @classmethod
+    def of(cls, runs: list[tuple[int | None, float | None]]) -> Spent:
+        return cls(
+            runs=len(runs),
+            reported=sum(1 for tokens, usd in runs if tokens is not None or usd is not None),
+            tokens=sum(tokens or 0 for tokens, _ in runs),
+            cost_usd=sum(usd or 0.0 for _, usd in runs),
+        )
+
+    def text(self) -> str:
+        """``$0.42, 1,234 tokens``; ``-`` when no agent ran, ``not reported`` when none
+        of those that ran said."""
+        if not self.runs:
+            return "-"
+        if not self.reported:
+            return "not reported"
+        return f"${self.cost_usd:.2f}, {self.tokens:,} tokens"
+
 
 # --------------------------------------------------------------------------- annotations
 
@@ -99,10 +140,13 @@ def annotation(kind: str, message: str) -> str:
 
 
 def outputs(report: ActionRun) -> dict[str, str]:
+    spent = report.spent
     return {
         "turns": str(len(report.turns)),
         "cards": str(report.cards_raised),
         "stage": _STAGE.sub("", report.stage),
+        "cost-usd": f"{spent.cost_usd:.4f}",
+        "tokens": str(spent.tokens),
     }
 
 
@@ -168,10 +212,11 @@ def summary(report: ActionRun) -> str:
     lines = [
         f"### Autoloop: {', '.join(code(t) for t in types)} on {about}",
         "",
-        "| mode | turns run | cards raised | delivery stage | run |",
-        "|---|---|---|---|---|",
+        "| mode | turns run | cards raised | delivery stage | agents spent | run |",
+        "|---|---|---|---|---|---|",
         f"| {report.mode} | {len(report.turns)} | {report.cards_raised} | "
-        f"{cell(report.stage) or '-'} | [attempt {report.attempt}]({report.run_url}) |",
+        f"{cell(report.stage) or '-'} | {report.spent.text()} | "
+        f"[attempt {report.attempt}]({report.run_url}) |",
         "",
     ]
     if report.events:
@@ -195,13 +240,14 @@ def summary(report: ActionRun) -> str:
             )
         lines.append("")
     if report.turns:
-        lines += ["| turn | rule | about | outcome |", "|---|---|---|---|"]
+        lines += ["| turn | rule | about | outcome | spent |", "|---|---|---|---|---|"]
         for t in report.turns:
             about_turn = subject_link(server, report.subjects.get(t.matter, ""))
             outcome = cell(t.outcome or t.state)
             if t.error:
                 outcome += f": {cell(t.error)}"
-            lines.append(f"| {t.id} | {cell(t.rule)} | {about_turn} | {outcome} |")
+            spent = Spent.of([(t.tokens, t.cost_usd)]).text()
+            lines.append(f"| {t.id} | {cell(t.rule)} | {about_turn} | {outcome} | {spent} |")
         lines.append("")
     if report.cards:
         lines += ["| card | title | state | where |", "|---|---|---|---|"]
@@ -222,8 +268,8 @@ def summary(report: ActionRun) -> str:
 def _deliveries(report: ActionRun) -> list[str]:
     server = report.server_url
     lines = [
-        "| delivery | stage | waiting for | writes | cards |",
-        "|---|---|---|---|---|",
+        "| delivery | stage | waiting for | writes | cards | review agents |",
+        "|---|---|---|---|---|---|",
     ]
     waits = False
     for m in report.deliveries:
@@ -241,7 +287,9 @@ def _deliveries(report: ActionRun) -> list[str]:
         cards = ", ".join(
             f"{code(name)} (`/answer {name} N` on the pull request)" for name in m.cards
         )
-        lines.append(f"| {where} | {stage} | {waiting} | {writes} | {cards or '-'} |")
+        spent = Spent.of([(f.tokens, f.cost_usd) for f in m.reviews])
+        reviews = f"{spent.runs} run(s): {spent.text()}" if spent.runs else "-"
+        lines.append(f"| {where} | {stage} | {waiting} | {writes} | {cards or '-'} | {reviews} |")
     lines.append("")
     if waits:
         lines += [

@@ -105,6 +105,7 @@ class Moved:
     comment: int | None = None  # the sticky comment's id
     rebuilt_from: str = ""  # "comment", "check run", or "" (no state yet)
     error: str = ""
+    reviews: list[ReviewFindings] = field(default_factory=list)  # the agents' runs made here
 
 
 @dataclass(slots=True)
@@ -222,6 +223,8 @@ class Carrier:
                 again = True
             elif isinstance(effect, RequestReview):
                 work.findings = self._review(t, d, effect)
+                if work.findings.started_at:  # an agent ran: the job says what it spent
+                    moved.reviews.append(work.findings)
                 again = True
             elif isinstance(effect, RaiseCard):
                 moved.cards.append(f"d{d.cards}")

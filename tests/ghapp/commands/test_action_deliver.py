@@ -16,7 +16,9 @@ sticky comment on the pull request.
 
 from __future__ import annotations
 
+import json
 import re
+import sys
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -123,14 +125,26 @@ def deliver_across_runs(r: Runner, *, fresh: bool) -> tuple[int, str, list[Ran]]
         return ok(ran)
 
     labelled = run("pull_request", r.pull_labeled(number, "deliver", "maintainer"), 8001)
-    assert labelled.outputs == {"turns": "0", "cards": "0", "stage": "checks"}
+    assert labelled.outputs == {
+        "turns": "0",
+        "cards": "0",
+        "stage": "checks",
+        "cost-usd": "0.0000",
+        "tokens": "0",
+    }
     assert own_runs(r, head) == [("in_progress", None)]
     assert stage_shown(r, number) == "checks"
     assert merges(r) == 0
 
     ci_passes(r, head)
     checked = run("check_suite", r.check_suite_completed(number), 8002)
-    assert checked.outputs == {"turns": "0", "cards": "0", "stage": "deployment"}
+    assert checked.outputs == {
+        "turns": "0",
+        "cards": "0",
+        "stage": "deployment",
+        "cost-usd": "0.0000",
+        "tokens": "0",
+    }
     assert merges(r) == 1
     assert r.reader.get_pull(r.gh.repo, number)["merged"] is True
 
@@ -138,12 +152,24 @@ def deliver_across_runs(r: Runner, *, fresh: bool) -> tuple[int, str, list[Ran]]
     deployed = run("deployment_status", r.deployment_status(), 8003)
     # The live version is read as soon as the deployment succeeded, and again 5 s later
     # (a wait that short is taken within the run): both match, so it ends delivered.
-    assert deployed.outputs == {"turns": "0", "cards": "0", "stage": "delivered"}
+    assert deployed.outputs == {
+        "turns": "0",
+        "cards": "0",
+        "stage": "delivered",
+        "cost-usd": "0.0000",
+        "tokens": "0",
+    }
 
     # The clock's run (a scheduled workflow) a minute later finds nothing left to do: a
     # delivered PR is no longer among those it looks at.
     ticked = run("schedule", r.schedule(), 8004, AUTOLOOP_CLOCK=later(1))
-    assert ticked.outputs == {"turns": "0", "cards": "0", "stage": ""}
+    assert ticked.outputs == {
+        "turns": "0",
+        "cards": "0",
+        "stage": "",
+        "cost-usd": "0.0000",
+        "tokens": "0",
+    }
     return number, head, [labelled, checked, deployed, ticked]
 
 
@@ -446,7 +472,13 @@ def test_a_failed_deployment_is_a_card_answered_on_the_pull_request(runner: Runn
     r = runner
     home = {"AUTOLOOP_MODE": "deliver"}
     number, blocked = blocked_on_a_failed_deployment(r, home, first_run_id=8401)
-    assert blocked.outputs == {"turns": "0", "cards": "1", "stage": "blocked"}
+    assert blocked.outputs == {
+        "turns": "0",
+        "cards": "1",
+        "stage": "blocked",
+        "cost-usd": "0.0000",
+        "tokens": "0",
+    }
     assert "`d1` (`/answer d1 N` on the pull request)" in blocked.summary
     (comment,) = sticky(r, number)
     assert "`/answer d1 2` to stop watching (the merge stays)" in comment["body"]
@@ -591,7 +623,13 @@ def test_a_fork_pull_request_with_a_read_only_token_is_told_not_failed(runner: R
     (warning,) = annotations(ran.stdout, "warning")
     assert "a pull request from a fork gets a read-only token" in warning
     assert "run on pull\\_request\\_target to act on it" in ran.summary
-    assert ran.outputs == {"turns": "0", "cards": "0", "stage": ""}
+    assert ran.outputs == {
+        "turns": "0",
+        "cards": "0",
+        "stage": "",
+        "cost-usd": "0.0000",
+        "tokens": "0",
+    }
     assert len(r.gh.world.audit.entries()) == before
 
 
@@ -613,7 +651,13 @@ def test_the_summary_names_the_card_of_a_triage_and_the_stage_of_a_delivery_in_a
     assert ran.outputs["stage"] == "checks"
     issue = r.gh.world.open_issue("reader", "Crash", body="It crashes.")
     triaged = ok(r.run("issues", r.issue_opened(issue), run_id=8902, AUTOLOOP_MODE="auto"))
-    assert triaged.outputs == {"turns": "1", "cards": "1", "stage": ""}
+    assert triaged.outputs == {
+        "turns": "1",
+        "cards": "1",
+        "stage": "",
+        "cost-usd": "0.0000",
+        "tokens": "0",
+    }
     assert not re.search(r"\| delivery \|", triaged.summary)
 
 
@@ -647,6 +691,48 @@ def test_a_review_agent_runs_in_the_job_and_reviews_each_head_once(runner: Runne
     assert len(r.writes()) == before
 
 
+COSTLY = """\
+import json, os, pathlib
+spent = {"cost_usd": 0.25, "tokens": 1234}
+pathlib.Path(os.environ["AUTOLOOP_REPORT"]).write_text(json.dumps(spent))
+print("```autoloop\\n" + json.dumps({"review": {"event": "COMMENT", "body": "Fine."}}) + "\\n```")
+"""
+
+
+def test_a_review_agents_spend_is_in_the_outputs_the_summary_and_the_log(runner: Runner) -> None:
+    """What a review agent reported spending was shown nowhere in the job: the outputs,
+    the summary and the last log line said nothing of it."""
+    r = runner
+    script = r.tmp / "costly.py"
+    script.write_text(COSTLY)
+    rules_file = r.workspace / ".github" / "autoloop" / "rules.json"
+    rules = json.loads(rules_file.read_text())
+    rules["agents"]["costly"] = {"use": "command", "command": [sys.executable, str(script)]}
+    rules_file.write_text(json.dumps(rules))
+    world = r.gh.world
+    world.push(
+        "maintainer", "main", {".github/autoloop.toml": '[deliver]\nreview = "agent:costly"\n'}
+    )
+    number = world.open_pr("contributor", "feature", "Add it", {"feature.py": "x = 1\n"})
+    world.add_label("maintainer", number, "deliver-review")
+    payload = r.pull_labeled(number, "deliver-review", "maintainer")
+    ran = ok(r.run("pull_request", payload, run_id=9201, AUTOLOOP_MODE="deliver"))
+    assert ran.outputs == {
+        "turns": "0",
+        "cards": "0",
+        "stage": "reviewed",
+        "cost-usd": "0.2500",
+        "tokens": "1234",
+    }
+    assert "| deliver | 0 | 0 | reviewed | $0.25, 1,234 tokens |" in ran.summary
+    assert "| 1 run(s): $0.25, 1,234 tokens |" in ran.summary
+    assert "agents spent $0.25, 1,234 tokens" in ran.stdout + ran.stderr
+    # The clock's run finds the head reviewed: no agent runs, nothing is spent.
+    again = ok(r.run("schedule", r.schedule(), run_id=9202, AUTOLOOP_MODE="deliver"))
+    assert again.outputs["cost-usd"] == "0.0000" and again.outputs["tokens"] == "0"
+    assert "agents spent" not in again.stdout + again.stderr
+
+
 def test_an_issue_in_mode_auto_reads_nothing_for_the_delivery(runner: Runner) -> None:
     """The delivery's policy is never read for an issue's event: a GitHub that cannot
     serve it does not fail the triage."""
@@ -654,7 +740,13 @@ def test_an_issue_in_mode_auto_reads_nothing_for_the_delivery(runner: Runner) ->
     r.gh.world.faults.add("error_502", method="GET", path="*/contents/*", times=None)
     issue = r.gh.world.open_issue("reader", "Crash", body="It crashes.")
     ran = ok(r.run("issues", r.issue_opened(issue), run_id=9101, AUTOLOOP_MODE="auto"))
-    assert ran.outputs == {"turns": "1", "cards": "1", "stage": ""}
+    assert ran.outputs == {
+        "turns": "1",
+        "cards": "1",
+        "stage": "",
+        "cost-usd": "0.0000",
+        "tokens": "0",
+    }
 
 
 def test_deliver_mode_needs_no_rules_file(runner: Runner) -> None:

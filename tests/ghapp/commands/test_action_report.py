@@ -4,19 +4,22 @@ written by others as text."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from ghapp.commands.action_report import (
     ActionRun,
     Recorded,
+    Spent,
     annotation,
     cell,
     code,
+    outputs,
     subject_link,
     summary,
     write_outputs,
 )
 from kernel.model import Event
-from kernel.records import Card
+from kernel.records import Card, Turn
 
 SERVER = "https://github.example"
 
@@ -62,7 +65,9 @@ def test_outputs_are_counts_and_a_clean_stage(tmp_path: Path) -> None:
     out = tmp_path / "output"
     out.write_text("earlier=1\n")
     write_outputs(out, report(new_cards=[card], cards=[card], stage="checks\nevil=1"))
-    assert out.read_text() == "earlier=1\nturns=0\ncards=1\nstage=checksevil1\n"
+    assert out.read_text() == (
+        "earlier=1\nturns=0\ncards=1\nstage=checksevil1\ncost-usd=0.0000\ntokens=0\n"
+    )
 
 
 def test_the_summary_tables_the_event_and_the_cards_with_links() -> None:
@@ -89,7 +94,7 @@ def test_the_summary_tables_the_event_and_the_cards_with_links() -> None:
         f"### Autoloop: `issues.opened` on [acme/web#4]({SERVER}/acme/web/issues/4)"
     )
     assert (
-        "| triage | 0 | 1 | - | [attempt 1](https://github.example/acme/web/actions/runs/7) |"
+        "| triage | 0 | 1 | - | - | [attempt 1](https://github.example/acme/web/actions/runs/7) |"
         in text
     )
     assert (
@@ -102,3 +107,23 @@ def test_the_summary_tables_the_event_and_the_cards_with_links() -> None:
 def test_names_in_code_spans_keep_only_the_characters_names_have() -> None:
     assert code("issue_comment.created") == "`issue_comment.created`"
     assert code("x`y|z <b>") == "`xyzb`"
+
+
+def test_each_turn_says_what_it_spent_and_the_run_adds_them_up() -> None:
+    def turn(tid: str, state: str, **spent: Any) -> Turn:
+        return Turn(id=tid, matter="m1", rule="triage", agent="a", worker="w", state=state, **spent)
+
+    turns = [
+        turn("t1", "done", cost_usd=0.5, tokens=1000),
+        turn("t2", "done", tokens=20),
+        turn("t3", "failed"),
+    ]
+    ran = report(turns=turns, subjects={"m1": "acme/web#4"})
+    text = summary(ran)
+    assert "| triage | 3 | 0 | - | $0.50, 1,020 tokens |" in text
+    link = f"[acme/web#4]({SERVER}/acme/web/issues/4)"
+    assert f"| t1 | triage | {link} | done | $0.50, 1,000 tokens |" in text
+    assert "| done | $0.00, 20 tokens |" in text
+    assert "| failed | not reported |" in text
+    assert outputs(ran)["cost-usd"] == "0.5000" and outputs(ran)["tokens"] == "1020"
+    assert Spent.of([]).text() == "-" and Spent.of([(None, None)]).text() == "not reported"

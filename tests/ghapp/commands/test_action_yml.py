@@ -235,7 +235,7 @@ def test_the_composite_steps_install_run_and_answer_on_the_next_event(
         payload=r.issue_opened(number),
         run_id=8001,
     )
-    assert outputs == {"turns": "1", "cards": "1", "stage": ""}
+    assert outputs == {"turns": "1", "cards": "1", "stage": "", "cost-usd": "0.0000", "tokens": "0"}
     venv = first.runner_temp / "autoloop-venv"
     assert (venv / "bin" / "autoloop").exists()
     assert "autoloop 0.1.0" in first.logs[1]  # installed, then asked for its version
@@ -253,7 +253,7 @@ def test_the_composite_steps_install_run_and_answer_on_the_next_event(
         payload=r.comment_created(number, comment),
         run_id=8002,
     )
-    assert outputs == {"turns": "1", "cards": "0", "stage": ""}
+    assert outputs == {"turns": "1", "cards": "0", "stage": "", "cost-usd": "0.0000", "tokens": "0"}
     assert "(cached)" in second.logs[1]
     assert "bug" in r.labels(number)
     summary = Path(second.base_env["GITHUB_STEP_SUMMARY"]).read_text()
@@ -271,7 +271,7 @@ def test_every_input_reaches_the_scripts_through_env_and_every_step_is_pinned_or
     run_env = next(s for s in data["runs"]["steps"] if s.get("id") == "run")["env"]
     named = {m.group(1) for v in run_env.values() for m in EXPRESSION.finditer(str(v))}
     assert {f"inputs.{name}" for name in data["inputs"]} <= named
-    assert set(data["outputs"]) == {"turns", "cards", "stage"}
+    assert set(data["outputs"]) == {"turns", "cards", "stage", "cost-usd", "tokens"}
     assert {
         "github-token",
         "app-id",
