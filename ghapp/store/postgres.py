@@ -90,10 +90,19 @@ KEEPALIVE: dict[str, str] = {
 # until then. The server gives up a write transaction that sits idle this long: the lock
 # is freed, that transaction is rolled back (nothing of it was acknowledged), and the
 # stopped replica connects anew at its next write. A write takes milliseconds between
-# statements; a rebuild (``long``), which may compute for minutes, is not bounded. A URL
-# whose ``options`` set ``idle_in_transaction_session_timeout`` itself keeps its value.
+# statements; a rebuild (``long``), which may compute for minutes, is not bounded, whatever
+# the role or server set. Where the deployment set the timeout for these connections
+# (``options`` in the URL, PGOPTIONS, ALTER ROLE or ALTER DATABASE ... SET), its value
+# stays for the other writes.
 HOLD_S = 15.0
 HOLD_SETTING = "idle_in_transaction_session_timeout"
+_SET_FOR_US = ("client", "user", "database", "database user")  # pg_settings.source
+
+
+def _hold_ms(conn: Any, hold_s: float) -> str | None:
+    """The hold a write sets on ``conn``: None where the deployment set its own."""
+    row = conn.execute("SELECT source FROM pg_settings WHERE name = %s", (HOLD_SETTING,)).fetchone()
+    return None if row is not None and row[0] in _SET_FOR_US else str(round(hold_s * 1000))
 
 
 def _ready(conn: Any) -> bool:
@@ -135,12 +144,13 @@ class PostgresStore:
         self.url = url
         self._psycopg = psycopg
         self._params: dict[str, Any] = self._connect_params(url)
-        self._hold_ms = None if self._url_sets(HOLD_SETTING) else str(round(hold_s * 1000))
+        self._hold_s = hold_s
         try:
             self._conn: Any = psycopg.connect(
                 url, autocommit=True, connect_timeout=connect_timeout_s, **self._params
             )
             try:
+                self._hold: str | None = _hold_ms(self._conn, hold_s)
                 if not _ready(self._conn):
                     with self._conn.transaction():
                         self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_ID,))
@@ -172,14 +182,6 @@ class PostgresStore:
             return {}
         return {k: v for k, v in KEEPALIVE.items() if k not in given}
 
-    def _url_sets(self, setting: str) -> bool:
-        """The URL's ``options`` (``-c NAME=VALUE`` for the server) name ``setting``."""
-        try:
-            given = self._psycopg.conninfo.conninfo_to_dict(self.url)
-        except self._psycopg.Error:
-            return False
-        return setting in str(given.get("options") or "")
-
     def _connection(self) -> Any:
         """The connection, made again when the last one was lost (the server restarted,
         a network cut): before, one outage of a few seconds left ``serve`` and ``work``
@@ -193,6 +195,7 @@ class PostgresStore:
         self._conn = self._psycopg.connect(
             self.url, autocommit=True, connect_timeout=self._connect_timeout_s, **self._params
         )
+        self._hold = _hold_ms(self._conn, self._hold_s)
         log.warning("the PostgreSQL ledger is reachable again: connected anew")
         return self._conn
 
@@ -204,12 +207,13 @@ class PostgresStore:
             conn = self._connection()
             with conn.transaction():
                 cur = conn.cursor()
-                if long or self._hold_ms is None:
+                hold = "0" if long else self._hold  # "0": never given up
+                if hold is None:
                     cur.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_ID,))
                 else:  # one round trip: the setting lasts until this transaction ends
                     cur.execute(
                         "SELECT pg_advisory_xact_lock(%s), set_config(%s, %s, true)",
-                        (LOCK_ID, HOLD_SETTING, self._hold_ms),
+                        (LOCK_ID, HOLD_SETTING, hold),
                     )
                 yield SqlTx(cur, "%s")
 

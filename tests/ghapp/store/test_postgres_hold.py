@@ -97,7 +97,7 @@ def test_a_replica_stopped_inside_a_write_holds_the_others_only_for_the_hold() -
             other.close()
 
 
-def test_a_long_write_and_a_url_that_sets_the_hold_itself_are_not_given_up() -> None:
+def test_a_long_write_is_not_given_up_and_a_deployment_that_says_never_is_heard() -> None:
     with pg_schema() as url:
         # a rebuild computes between statements for as long as it needs
         store = PostgresStore(url, hold_s=HOLD_S)
@@ -111,18 +111,45 @@ def test_a_long_write_and_a_url_that_sets_the_hold_itself_are_not_given_up() -> 
                 assert tx.read_info("stopped") == "2"
         finally:
             store.close()
-        # the URL's own setting (here: never) wins over ours
+        # the deployment's own setting for these connections (here: never) stays
         own = url + quote(" -cidle_in_transaction_session_timeout=0")
         stopped = PostgresStore(own, hold_s=HOLD_S)
         other = PostgresStore(url, hold_s=HOLD_S)
         try:
             go_on, errors, thread = _stopped_inside_a_write(stopped)
             result = _time_to_write(other, HOLD_S * 3)
-            assert result() is None, "the URL's own setting was overridden"
+            assert result() is None, "the deployment's own setting was overridden"
             go_on.set()
             thread.join(10)
             assert errors == []
             assert result() is not None
+        finally:
+            stopped.close()
+            other.close()
+
+
+def test_a_deployments_own_hold_is_kept_for_writes_and_lifted_for_a_rebuild() -> None:
+    """Its value however spelled (PostgreSQL takes the name in any case), where ours
+    would be longer; a rebuild is not bounded by it either (a role's or a server's
+    setting would otherwise end every ``autoloop rebuild`` that computes for long)."""
+    import psycopg
+
+    with pg_schema() as url:
+        own = url + quote(" -c IDLE_IN_TRANSACTION_SESSION_TIMEOUT=1000")
+        stopped = PostgresStore(own, hold_s=60)
+        other = PostgresStore(url, hold_s=60)
+        try:
+            go_on, errors, thread = _stopped_inside_a_write(stopped)
+            took = _time_to_write(other, 10)()
+            assert took is not None and took < 5, took  # its 1 s, not our 60
+            go_on.set()
+            thread.join(10)
+            assert len(errors) == 1 and isinstance(errors[0], psycopg.Error), errors
+            go_on, errors, thread = _stopped_inside_a_write(stopped, long=True)
+            time.sleep(2.5)
+            go_on.set()
+            thread.join(10)
+            assert errors == []
         finally:
             stopped.close()
             other.close()
