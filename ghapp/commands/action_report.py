@@ -100,11 +100,12 @@ class ActionRun:
 
 @dataclass(frozen=True, slots=True)
 class Spent:
-    """What agents reported spending: ``runs`` of them; ``reported``: how many gave a
-    cost or a token count at all (an agent may report neither)."""
+    """What agents reported spending: ``runs`` of them; ``costed`` and ``counted``: how
+    many gave a cost, a token count (an agent may report either, both or neither)."""
 
     runs: int = 0
-    reported: int = 0
+    costed: int = 0
+    counted: int = 0
     tokens: int = 0
     cost_usd: float = 0.0
 
@@ -112,19 +113,27 @@ class Spent:
     def of(cls, runs: list[tuple[int | None, float | None]]) -> Spent:
         return cls(
             runs=len(runs),
-            reported=sum(1 for tokens, usd in runs if tokens is not None or usd is not None),
+            costed=sum(1 for _, usd in runs if usd is not None),
+            counted=sum(1 for tokens, _ in runs if tokens is not None),
             tokens=sum(tokens or 0 for tokens, _ in runs),
             cost_usd=sum(usd or 0.0 for _, usd in runs),
         )
 
     def text(self) -> str:
-        """``$0.42, 1,234 tokens``; ``-`` when no agent ran, ``not reported`` when none
-        of those that ran said."""
+        """``$0.42, 1,234 tokens``; ``-`` when no agent ran; what none of them reported
+        is said so (``cost not reported, 20 tokens``), never shown as nothing spent."""
         if not self.runs:
             return "-"
-        if not self.reported:
+        if not (self.costed or self.counted):
             return "not reported"
-        return f"${self.cost_usd:.2f}, {self.tokens:,} tokens"
+        usd = self.cost_usd
+        cost = f"${usd:.2f}" if usd == 0 or usd >= 0.01 else f"${usd:.4f}"
+        return ", ".join(
+            (
+                cost if self.costed else "cost not reported",
+                f"{self.tokens:,} tokens" if self.counted else "tokens not reported",
+            )
+        )
 
 
 # --------------------------------------------------------------------------- annotations

@@ -239,6 +239,8 @@ class Reviews:
         result = self._run_agent(job, spec, folder, prompt)
 
         def spent(findings: ReviewFindings) -> ReviewFindings:
+            if not result.started:  # no run: nothing spent, none to count or show
+                return findings
             return replace(
                 findings, started_at=started_at, cost_usd=result.cost_usd, tokens=result.tokens
             )

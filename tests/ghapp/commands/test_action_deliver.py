@@ -733,6 +733,29 @@ def test_a_review_agents_spend_is_in_the_outputs_the_summary_and_the_log(runner:
     assert "agents spent" not in again.stdout + again.stderr
 
 
+def test_a_review_agent_that_could_not_start_is_no_run(runner: Runner) -> None:
+    """An agent whose program is missing spent nothing: it was counted as a run, and
+    the job said "1 run(s): not reported" and "agents spent not reported"."""
+    r = runner
+    rules_file = r.workspace / ".github" / "autoloop" / "rules.json"
+    rules = json.loads(rules_file.read_text())
+    rules["agents"]["missing"] = {"use": "command", "command": [str(r.tmp / "no-such-agent")]}
+    rules_file.write_text(json.dumps(rules))
+    world = r.gh.world
+    world.push(
+        "maintainer", "main", {".github/autoloop.toml": '[deliver]\nreview = "agent:missing"\n'}
+    )
+    number = world.open_pr("contributor", "feature", "Add it", {"feature.py": "x = 1\n"})
+    world.add_label("maintainer", number, "deliver-review")
+    payload = r.pull_labeled(number, "deliver-review", "maintainer")
+    ran = ok(r.run("pull_request", payload, run_id=9301, AUTOLOOP_MODE="deliver"))
+    assert ran.outputs["stage"] == "blocked" and ran.outputs["cards"] == "1"
+    assert ran.outputs["cost-usd"] == "0.0000" and ran.outputs["tokens"] == "0"
+    assert "| deliver | 0 | 1 | blocked | - |" in ran.summary
+    assert "run(s)" not in ran.summary
+    assert "agents spent" not in ran.stdout + ran.stderr
+
+
 def test_an_issue_in_mode_auto_reads_nothing_for_the_delivery(runner: Runner) -> None:
     """The delivery's policy is never read for an issue's event: a GitHub that cannot
     serve it does not fail the triage."""

@@ -123,7 +123,10 @@ def test_each_turn_says_what_it_spent_and_the_run_adds_them_up() -> None:
     assert "| triage | 3 | 0 | - | $0.50, 1,020 tokens |" in text
     link = f"[acme/web#4]({SERVER}/acme/web/issues/4)"
     assert f"| t1 | triage | {link} | done | $0.50, 1,000 tokens |" in text
-    assert "| done | $0.00, 20 tokens |" in text
+    assert "| done | cost not reported, 20 tokens |" in text
     assert "| failed | not reported |" in text
     assert outputs(ran)["cost-usd"] == "0.5000" and outputs(ran)["tokens"] == "1020"
     assert Spent.of([]).text() == "-" and Spent.of([(None, None)]).text() == "not reported"
+    assert Spent.of([(None, 0.25)]).text() == "$0.25, tokens not reported"
+    assert Spent.of([(5, 0.0042)]).text() == "$0.0042, 5 tokens"  # not "$0.00"
+    assert Spent.of([(0, 0.0)]).text() == "$0.00, 0 tokens"  # reported as nothing
