@@ -49,6 +49,7 @@ from ghapp.web.connections import (
     guarded_protocol,
     http_config,
     raise_open_files,
+    stack_names,
 )
 from kernel.errors import ConfigError
 from kernel.model import Event
@@ -461,7 +462,8 @@ def main(argv: list[str]) -> int:
     # a service manager's readiness check, the sandbox) was refused: GitHub marks such a
     # delivery failed, and only the sweeper's next pass, minutes later, fetched it again.
     sock.listen(config.backlog)
-    print(f"autoloop serve: listening on http://{args.host}:{port}", flush=True)
+    on = ", ".join(stack_names(http, loop))  # the fast stack or not, said where it is seen
+    print(f"autoloop serve: listening on http://{args.host}:{port} ({on})", flush=True)
     done = threading.Event()
 
     def _term(signum: int, frame: object) -> None:

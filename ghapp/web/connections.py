@@ -262,6 +262,16 @@ def event_loop(loop: str = "auto") -> str:
     return loop
 
 
+def stack_names(http: str = "auto", loop: str = "auto") -> tuple[str, str]:
+    """The event loop and HTTP parser a server with these settings runs on, ``auto``
+    resolved (``("uvloop", "httptools")`` on the fast stack)."""
+    if loop == "auto":
+        loop = "uvloop" if importlib.util.find_spec("uvloop") is not None else "asyncio"
+    if http == "auto":
+        http = "httptools" if guarded_httptools() is not None else "h11"
+    return loop, http
+
+
 def backlog_for(open_files: int) -> int:
     """Connections accepted per turn of the event loop (and the listen queue)."""
     return max(16, min(BACKLOG_MAX, open_files // 8))
