@@ -422,6 +422,7 @@ def _code_stamps() -> list[list[Any]]:
 # ------------------------------------------------------------------------------ output
 
 RECENT_TURNS = 10
+REASONS_SHOWN = 3  # why events were not dispatched, the commonest first
 
 
 def show(data: Mapping[str, Any], out: Out) -> None:
@@ -500,7 +501,13 @@ def show(data: Mapping[str, Any], out: Out) -> None:
         waits = f", waiting for {p['waiting_for']}" if p["waiting_for"] else ""
         out.line(f"  delivery {p['subject']} ({p['id']}): {p['stage']}{waits}")
     not_disp = [e for e in data["events"] if not e["dispatched"]]
-    out.line(f"events: {len(data['events'])} ({len(not_disp)} not dispatched)")
+    # why, by count: "33 not dispatched" alone read as 33 failures (most: no rule takes them)
+    reasons = Counter(e["reason"] or "no reason given" for e in not_disp).most_common()
+    why = "; ".join(f"{n} {reason}" for reason, n in reasons[:REASONS_SHOWN])
+    if len(reasons) > REASONS_SHOWN:
+        why += f"; {sum(n for _, n in reasons[REASONS_SHOWN:])} for other reasons"
+    why = f": {why}" if why else ""
+    out.line(f"events: {len(data['events'])} ({len(not_disp)} not dispatched{why})")
     out.line(f"open cards: {len(opened)}")
     usage = data["usage"]
     for span in ("today", "week"):

@@ -451,6 +451,10 @@ def test_the_command_prints_what_the_record_classes_read(
     assert f"turn {running['id']} runs on worker w, claimed until " in text.stdout
     if rules is not None:
         assert "daily cap (Asia/Shanghai): $1 or 5000 tokens, not reached" in text.stdout
+    # why an event was not dispatched, not only how many were not
+    (odd,) = [e for e in want["events"] if not e["dispatched"]]
+    assert odd["reason"]
+    assert f"(1 not dispatched: 1 {odd['reason']})" in text.stdout
 
 
 def test_a_matter_for_a_named_worker_says_which_worker_runs_it(
