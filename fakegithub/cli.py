@@ -1,6 +1,7 @@
 """``autoloop sandbox``: run the sandbox GitHub alone until SIGINT or SIGTERM.
 
-Prints one JSON line on stdout once it is listening::
+Prints one JSON line on stdout once it is listening (the private key's file is removed
+when it stops)::
 
     {"api_url": ..., "control_url": ..., "app_id": ..., "private_key": "<PEM file, mode 0600>",
      "webhook_secret": ..., "installation_id": ..., "repo": "sandbox/demo"}
@@ -9,6 +10,7 @@ Prints one JSON line on stdout once it is listening::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import signal
 import sys
@@ -59,34 +61,42 @@ def main(argv: list[str]) -> int:
     folder.mkdir(parents=True, exist_ok=True)
     sandbox = Sandbox(app_url=args.app_url, base_url=api_url, key=key.get())
     key_path = write_private_key(sandbox.private_key_pem, folder)
-    sandbox.start()
     try:
-        server, thread = serve_in_thread(create_app(sandbox), args.host, port)
-    except (RuntimeError, OSError) as exc:
+        sandbox.start()
+        try:
+            server, thread = serve_in_thread(create_app(sandbox), args.host, port)
+        except (RuntimeError, OSError) as exc:
+            sandbox.stop()
+            print(f"autoloop sandbox: {exc}; choose another --port", file=sys.stderr)
+            return 1
+        stop = threading.Event()
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            stop.set()
+
+        signal.signal(signal.SIGINT, on_signal)
+        signal.signal(signal.SIGTERM, on_signal)
+        line = {
+            "api_url": api_url,
+            "control_url": f"{api_url}/_sandbox",
+            "app_id": sandbox.app.id,
+            "private_key": str(key_path),
+            "webhook_secret": sandbox.app.webhook_secret,
+            "installation_id": sandbox.installation_id,
+            "repo": sandbox.repo,
+        }
+        print(json.dumps(line), flush=True)
+        while not stop.wait(0.5):
+            if not thread.is_alive():
+                break
+        server.should_exit = True
+        thread.join(timeout=10)
         sandbox.stop()
-        print(f"autoloop sandbox: {exc}; choose another --port", file=sys.stderr)
-        return 1
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
-    line = {
-        "api_url": api_url,
-        "control_url": f"{api_url}/_sandbox",
-        "app_id": sandbox.app.id,
-        "private_key": str(key_path),
-        "webhook_secret": sandbox.app.webhook_secret,
-        "installation_id": sandbox.installation_id,
-        "repo": sandbox.repo,
-    }
-    print(json.dumps(line), flush=True)
-    while not stop.wait(0.5):
-        if not thread.is_alive():
-            break
-    server.should_exit = True
-    thread.join(timeout=10)
-    sandbox.stop()
-    return 0
+        return 0
+    finally:
+        # The key is the sandbox's and dies with it: a stopped sandbox left a private key
+        # in the temporary folder after every run (and the folder, when made here).
+        key_path.unlink(missing_ok=True)
+        if args.key_dir is None:
+            with contextlib.suppress(OSError):
+                folder.rmdir()

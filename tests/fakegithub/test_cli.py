@@ -15,10 +15,11 @@ import httpx
 import jwt
 
 
-def start(tmp_path: Path) -> tuple[subprocess.Popen[str], str, float]:
+def start(tmp_path: Path | None) -> tuple[subprocess.Popen[str], str, float]:
     started = time.monotonic()
+    where = ["--key-dir", str(tmp_path)] if tmp_path is not None else []
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ghapp.commands.cli", "sandbox", "--key-dir", str(tmp_path)],
+        [sys.executable, "-m", "ghapp.commands.cli", "sandbox", *where],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -76,6 +77,19 @@ def test_autoloop_sandbox_prints_what_a_client_needs(tmp_path: Path) -> None:
         out, err = stop(proc)
     assert proc.returncode == 0, err
     assert out == ""
+    assert not key.exists(), "the stopped sandbox left its private key behind"
+    assert tmp_path.is_dir()  # a folder the user named stays
+
+
+def test_a_stopped_sandbox_leaves_no_key_and_no_folder_of_its_own() -> None:
+    proc, line, _ = start(None)
+    key = Path(json.loads(line)["private_key"])
+    try:
+        assert key.is_file() and key.parent.name.startswith("autoloop-sandbox-")
+    finally:
+        stop(proc)
+    assert proc.returncode == 0
+    assert not key.exists() and not key.parent.exists()
 
 
 def test_a_busy_port_is_a_clear_error(tmp_path: Path) -> None:
