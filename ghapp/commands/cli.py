@@ -674,6 +674,7 @@ def _ask_option(prompt: str, n: int, tries: int = 5) -> int | None:
 
 def cmd_try(args: argparse.Namespace) -> int:
     import tempfile  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+    import time  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
     import uuid  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
     from pathlib import Path  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
 
@@ -696,9 +697,13 @@ def cmd_try(args: argparse.Namespace) -> int:
     base = os.environ.get("AUTOLOOP_HOME")
     if base:
         not_a_folder(Path(base).expanduser())
-    home = (
-        Path(base).expanduser() / "try" if base else Path(tempfile.mkdtemp(prefix="autoloop-try-"))
-    )
+        # A folder of its own for each trial: in one shared folder a second trial resumed
+        # the first one's session and listed its turns, as if they were its own.
+        trials = Path(base).expanduser() / "try"
+        trials.mkdir(parents=True, exist_ok=True)
+        home = Path(tempfile.mkdtemp(prefix=time.strftime("%Y%m%d-%H%M%S-"), dir=trials))
+    else:
+        home = Path(tempfile.mkdtemp(prefix="autoloop-try-"))
     init_home(home, rules_text=json.dumps(TRY_RULES, indent=2))
     env = dict(os.environ)
     env["AUTOLOOP_HOME"] = str(home)

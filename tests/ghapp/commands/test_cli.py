@@ -102,6 +102,18 @@ def test_try_asks_waits_and_resumes(tmp_path: Path) -> None:
     assert "resuming its session" in out
 
 
+def test_each_trial_starts_afresh_in_a_folder_of_its_own(tmp_path: Path) -> None:
+    """In one shared folder the second trial's first turn resumed the first trial's
+    session, and its --json listed that trial's turns as its own."""
+    c = Cli(tmp_path / "home")
+    runs = [json.loads(c.run("try", "--answer", "1", "--json").stdout) for _ in range(2)]
+    assert runs[0]["home"] != runs[1]["home"]
+    for run in runs:
+        assert Path(run["home"]).parent == tmp_path / "home" / "try"
+        first, second = run["turns"]  # the question, then the resumed turn: no others
+        assert first["resume"] is None and second["resume"] == first["agent_session"]
+
+
 def test_same_event_twice_is_one_event_and_one_turn(cli: Cli) -> None:
     cli.rules([one_rule("silent")])
     first = cli.run("emit", "local", "ping", "x", "--id", "e1").stdout
