@@ -159,7 +159,14 @@ def cmd_init(args: argparse.Namespace) -> int:
         print(f"started a new, empty ledger at {ledger}")
     elif not made:
         print(f"{home} is already set up (rules.json and master.key kept)")
-    print(f"next: edit {home / 'rules.json'}, then 'autoloop emit local hello.world demo --id 1'")
+    rules = home / "rules.json"
+    if str(rules) in {str(p) for p in made}:  # the starter rules: their own event
+        print(f"next: edit {rules}, then 'autoloop emit local hello.world demo --id 1'")
+    else:  # rules of the user's: that event may be one no rule takes
+        print(
+            f"next: 'autoloop doctor' checks {rules}; 'autoloop emit SOURCE TYPE SUBJECT "
+            "--id ID' records an event your rules take"
+        )
     return 0
 
 

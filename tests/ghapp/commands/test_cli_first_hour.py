@@ -476,3 +476,15 @@ def test_why_says_where_each_emitted_event_went(tmp_path: Path) -> None:
     assert (
         f"  emitted event {emitted['seq']}: x.done s, not dispatched: {emitted['reason']}" in lines
     )
+
+
+def test_init_suggests_the_starter_event_only_with_the_starter_rules(tmp_path: Path) -> None:
+    """Over a rules file of the user's, init named the starter rules' event, which no
+    rule of theirs takes."""
+    fresh = Cli(tmp_path / "fresh").run("init").stdout
+    assert "'autoloop emit local hello.world demo --id 1'" in fresh
+    c = Cli(tmp_path / "own")
+    c.rules([one_rule("silent")])
+    kept = c.run("init").stdout
+    assert "hello.world" not in kept
+    assert "'autoloop doctor' checks" in kept and "an event your rules take" in kept
