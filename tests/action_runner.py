@@ -45,6 +45,17 @@ RULES: dict[str, Any] = {
 }
 
 
+def spent_nothing(turns: int, cards: int, stage: str = "") -> dict[str, str]:
+    """A job's outputs when its agents reported spending nothing (the demo agent's $0)."""
+    return {
+        "turns": str(turns),
+        "cards": str(cards),
+        "stage": stage,
+        "cost-usd": "0.0000",
+        "tokens": "0",
+    }
+
+
 @dataclass
 class Ran:
     code: int

@@ -145,12 +145,11 @@ class PostgresStore:
         self._psycopg = psycopg
         self._params: dict[str, Any] = self._connect_params(url)
         self._hold_s = hold_s
+        self._connect_timeout_s = connect_timeout_s
+        self._hold: str | None = None
         try:
-            self._conn: Any = psycopg.connect(
-                url, autocommit=True, connect_timeout=connect_timeout_s, **self._params
-            )
+            self._conn: Any = self._connect()
             try:
-                self._hold: str | None = _hold_ms(self._conn, hold_s)
                 if not _ready(self._conn):
                     with self._conn.transaction():
                         self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_ID,))
@@ -171,8 +170,19 @@ class PostgresStore:
             )
             raise StoreError(f"cannot open the PostgreSQL ledger: {why}; {hint}") from exc
         self._lock = threading.RLock()
-        self._connect_timeout_s = connect_timeout_s
         self._closed = False
+
+    def _connect(self) -> Any:
+        """A new connection, and the hold its writes set (:func:`_hold_ms`)."""
+        conn = self._psycopg.connect(
+            self.url, autocommit=True, connect_timeout=self._connect_timeout_s, **self._params
+        )
+        try:
+            self._hold = _hold_ms(conn, self._hold_s)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
     def _connect_params(self, url: str) -> dict[str, Any]:
         """:data:`KEEPALIVE`, less what ``url`` sets itself."""
@@ -192,10 +202,7 @@ class PostgresStore:
             return conn
         with contextlib.suppress(Exception):
             conn.close()
-        self._conn = self._psycopg.connect(
-            self.url, autocommit=True, connect_timeout=self._connect_timeout_s, **self._params
-        )
-        self._hold = _hold_ms(self._conn, self._hold_s)
+        self._conn = self._connect()
         log.warning("the PostgreSQL ledger is reachable again: connected anew")
         return self._conn
 

@@ -26,6 +26,7 @@ from tests.action_runner import (
     annotations,
     open_and_triage,
     sandbox_runner,
+    spent_nothing,
 )
 from tests.paths import ROOT
 
@@ -43,13 +44,7 @@ def test_an_issue_is_asked_about_then_resumed_by_a_maintainers_answer(runner: Ru
     r = runner
     number, first = open_and_triage(r)
     assert first.code == 0, first.stdout + first.stderr
-    assert first.outputs == {
-        "turns": "1",
-        "cards": "1",
-        "stage": "",
-        "cost-usd": "0.0000",
-        "tokens": "0",
-    }
+    assert first.outputs == spent_nothing(1, 1)
     (card,) = r.card_comments(number)
     assert card["user"]["login"] == BOT
     assert "How should this issue be triaged?" in card["body"]
@@ -66,13 +61,7 @@ def test_an_issue_is_asked_about_then_resumed_by_a_maintainers_answer(runner: Ru
     comment = r.gh.world.comment("maintainer", number, "Sounds right.\n/answer c1 1\nthanks")
     second = r.run("issue_comment", r.comment_created(number, comment), run_id=1002)
     assert second.code == 0, second.stdout + second.stderr
-    assert second.outputs == {
-        "turns": "1",
-        "cards": "0",
-        "stage": "",
-        "cost-usd": "0.0000",
-        "tokens": "0",
-    }
+    assert second.outputs == spent_nothing(1, 0)
     assert "bug" in r.labels(number)
     said = [c for c in r.comments(number) if "Triaged as bug" in c["body"]]
     assert len(said) == 1 and said[0]["user"]["login"] == BOT
@@ -97,13 +86,7 @@ def test_a_re_run_of_the_same_run_is_the_same_event(runner: Runner) -> None:
     before = len(r.writes())
     again = r.run("issues", r.issue_opened(number), run_id=2001, attempt=2)
     assert again.code == 0, again.stdout + again.stderr
-    assert again.outputs == {
-        "turns": "0",
-        "cards": "0",
-        "stage": "",
-        "cost-usd": "0.0000",
-        "tokens": "0",
-    }
+    assert again.outputs == spent_nothing(0, 0)
     assert "already recorded (an earlier attempt, or another workflow's run) as action-2001" in (
         again.stdout
     )
@@ -166,13 +149,7 @@ def test_the_same_event_in_two_workflows_sharing_a_ledger_runs_once(runner: Runn
     assert first.outputs["turns"] == "1"
     other = r.run("issues", r.issue_opened(number), run_id=2102)
     assert other.code == 0, other.stdout + other.stderr
-    assert other.outputs == {
-        "turns": "0",
-        "cards": "0",
-        "stage": "",
-        "cost-usd": "0.0000",
-        "tokens": "0",
-    }
+    assert other.outputs == spent_nothing(0, 0)
     assert "already recorded (an earlier attempt, or another workflow's run)" in other.stdout
     assert len(r.card_comments(number)) == 1
     # the clock's payload is the same at every tick: each run is its own tick
@@ -188,13 +165,7 @@ def test_a_read_only_users_answer_is_refused(runner: Runner) -> None:
     comment = r.gh.world.comment("reader", number, "/answer c1 1")
     refused = r.run("issue_comment", r.comment_created(number, comment), run_id=3002)
     assert refused.code == 0, refused.stdout + refused.stderr
-    assert refused.outputs == {
-        "turns": "0",
-        "cards": "0",
-        "stage": "",
-        "cost-usd": "0.0000",
-        "tokens": "0",
-    }
+    assert refused.outputs == spent_nothing(0, 0)
     assert "| `/answer c1 1` | reader | refused (the reply comment says why) |" in refused.summary
     replies = [c for c in r.comments(number) if "was not taken" in c["body"]]
     assert len(replies) == 1 and replies[0]["user"]["login"] == BOT
@@ -229,13 +200,7 @@ def test_the_readmes_example_rules_triage_an_issue(runner: Runner) -> None:
     example = str(ROOT / "examples" / "rules.json")
     ran = r.run("issues", r.issue_opened(number), run_id=4101, AUTOLOOP_RULES=example)
     assert ran.code == 0, ran.stdout + ran.stderr
-    assert ran.outputs == {
-        "turns": "1",
-        "cards": "1",
-        "stage": "",
-        "cost-usd": "0.0000",
-        "tokens": "0",
-    }
+    assert ran.outputs == spent_nothing(1, 1)
     assert len(r.card_comments(number)) == 1
 
 
@@ -370,13 +335,7 @@ def test_a_pull_request_from_a_fork_is_recorded_and_nothing_is_written(runner: R
     assert "pull_request_target" in warning
     assert "read-only token" in ran.summary
     assert "recorded as action-5001-pull_request" in ran.stdout
-    assert ran.outputs == {
-        "turns": "0",
-        "cards": "0",
-        "stage": "",
-        "cost-usd": "0.0000",
-        "tokens": "0",
-    }
+    assert ran.outputs == spent_nothing(0, 0)
     assert len(r.gh.world.audit.entries()) == before
 
 
@@ -428,13 +387,7 @@ def test_the_github_token_warning_is_only_for_runs_that_move_a_delivery(runner: 
     assert ran.code == 0, ran.stdout + ran.stderr
     assert annotations(ran.stdout, "warning") == []
     assert "push" not in ran.summary
-    assert ran.outputs == {
-        "turns": "0",
-        "cards": "0",
-        "stage": "",
-        "cost-usd": "0.0000",
-        "tokens": "0",
-    }  # an issue: no delivery
+    assert ran.outputs == spent_nothing(0, 0)  # an issue: no delivery
     assert not r.card_comments(number)
 
 

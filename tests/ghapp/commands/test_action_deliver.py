@@ -30,7 +30,7 @@ import pytest
 from fakegithub.server import SandboxHandle
 from ghapp.github import retry
 from ghapp.github.carried import decode_state
-from tests.action_runner import BOT, Ran, Runner, annotations, sandbox_runner
+from tests.action_runner import BOT, Ran, Runner, annotations, sandbox_runner, spent_nothing
 
 CHECK = "autoloop/deliver"
 MARK = "<!-- autoloop:deliver="
@@ -125,26 +125,14 @@ def deliver_across_runs(r: Runner, *, fresh: bool) -> tuple[int, str, list[Ran]]
         return ok(ran)
 
     labelled = run("pull_request", r.pull_labeled(number, "deliver", "maintainer"), 8001)
-    assert labelled.outputs == {
-        "turns": "0",
-        "cards": "0",
-        "stage": "checks",
-        "cost-usd": "0.0000",
-        "tokens": "0",
-    }
+    assert labelled.outputs == spent_nothing(0, 0, "checks")
     assert own_runs(r, head) == [("in_progress", None)]
     assert stage_shown(r, number) == "checks"
     assert merges(r) == 0
 
     ci_passes(r, head)
     checked = run("check_suite", r.check_suite_completed(number), 8002)
-    assert checked.outputs == {
-        "turns": "0",
-        "cards": "0",
-        "stage": "deployment",
-        "cost-usd": "0.0000",
-        "tokens": "0",
-    }
+    assert checked.outputs == spent_nothing(0, 0, "deployment")
     assert merges(r) == 1
     assert r.reader.get_pull(r.gh.repo, number)["merged"] is True
 
@@ -152,24 +140,12 @@ def deliver_across_runs(r: Runner, *, fresh: bool) -> tuple[int, str, list[Ran]]
     deployed = run("deployment_status", r.deployment_status(), 8003)
     # The live version is read as soon as the deployment succeeded, and again 5 s later
     # (a wait that short is taken within the run): both match, so it ends delivered.
-    assert deployed.outputs == {
-        "turns": "0",
-        "cards": "0",
-        "stage": "delivered",
-        "cost-usd": "0.0000",
-        "tokens": "0",
-    }
+    assert deployed.outputs == spent_nothing(0, 0, "delivered")
 
     # The clock's run (a scheduled workflow) a minute later finds nothing left to do: a
     # delivered PR is no longer among those it looks at.
     ticked = run("schedule", r.schedule(), 8004, AUTOLOOP_CLOCK=later(1))
-    assert ticked.outputs == {
-        "turns": "0",
-        "cards": "0",
-        "stage": "",
-        "cost-usd": "0.0000",
-        "tokens": "0",
-    }
+    assert ticked.outputs == spent_nothing(0, 0)
     return number, head, [labelled, checked, deployed, ticked]
 
 
@@ -472,13 +448,7 @@ def test_a_failed_deployment_is_a_card_answered_on_the_pull_request(runner: Runn
     r = runner
     home = {"AUTOLOOP_MODE": "deliver"}
     number, blocked = blocked_on_a_failed_deployment(r, home, first_run_id=8401)
-    assert blocked.outputs == {
-        "turns": "0",
-        "cards": "1",
-        "stage": "blocked",
-        "cost-usd": "0.0000",
-        "tokens": "0",
-    }
+    assert blocked.outputs == spent_nothing(0, 1, "blocked")
     assert "`d1` (`/answer d1 N` on the pull request)" in blocked.summary
     (comment,) = sticky(r, number)
     assert "`/answer d1 2` to stop watching (the merge stays)" in comment["body"]
@@ -623,13 +593,7 @@ def test_a_fork_pull_request_with_a_read_only_token_is_told_not_failed(runner: R
     (warning,) = annotations(ran.stdout, "warning")
     assert "a pull request from a fork gets a read-only token" in warning
     assert "run on pull\\_request\\_target to act on it" in ran.summary
-    assert ran.outputs == {
-        "turns": "0",
-        "cards": "0",
-        "stage": "",
-        "cost-usd": "0.0000",
-        "tokens": "0",
-    }
+    assert ran.outputs == spent_nothing(0, 0)
     assert len(r.gh.world.audit.entries()) == before
 
 
@@ -651,13 +615,7 @@ def test_the_summary_names_the_card_of_a_triage_and_the_stage_of_a_delivery_in_a
     assert ran.outputs["stage"] == "checks"
     issue = r.gh.world.open_issue("reader", "Crash", body="It crashes.")
     triaged = ok(r.run("issues", r.issue_opened(issue), run_id=8902, AUTOLOOP_MODE="auto"))
-    assert triaged.outputs == {
-        "turns": "1",
-        "cards": "1",
-        "stage": "",
-        "cost-usd": "0.0000",
-        "tokens": "0",
-    }
+    assert triaged.outputs == spent_nothing(1, 1)
     assert not re.search(r"\| delivery \|", triaged.summary)
 
 
@@ -699,24 +657,29 @@ print("```autoloop\\n" + json.dumps({"review": {"event": "COMMENT", "body": "Fin
 """
 
 
+def reviewed_by(r: Runner, agent: str, command: list[str], run_id: int) -> Ran:
+    """A job of the pull request labelled ``deliver-review`` whose policy asks the
+    rules' agent ``agent`` (a command) for the review."""
+    rules_file = r.workspace / ".github" / "autoloop" / "rules.json"
+    rules = json.loads(rules_file.read_text())
+    rules["agents"][agent] = {"use": "command", "command": command}
+    rules_file.write_text(json.dumps(rules))
+    world = r.gh.world
+    policy = f'[deliver]\nreview = "agent:{agent}"\n'
+    world.push("maintainer", "main", {".github/autoloop.toml": policy})
+    number = world.open_pr("contributor", "feature", "Add it", {"feature.py": "x = 1\n"})
+    world.add_label("maintainer", number, "deliver-review")
+    payload = r.pull_labeled(number, "deliver-review", "maintainer")
+    return ok(r.run("pull_request", payload, run_id=run_id, AUTOLOOP_MODE="deliver"))
+
+
 def test_a_review_agents_spend_is_in_the_outputs_the_summary_and_the_log(runner: Runner) -> None:
     """What a review agent reported spending was shown nowhere in the job: the outputs,
     the summary and the last log line said nothing of it."""
     r = runner
     script = r.tmp / "costly.py"
     script.write_text(COSTLY)
-    rules_file = r.workspace / ".github" / "autoloop" / "rules.json"
-    rules = json.loads(rules_file.read_text())
-    rules["agents"]["costly"] = {"use": "command", "command": [sys.executable, str(script)]}
-    rules_file.write_text(json.dumps(rules))
-    world = r.gh.world
-    world.push(
-        "maintainer", "main", {".github/autoloop.toml": '[deliver]\nreview = "agent:costly"\n'}
-    )
-    number = world.open_pr("contributor", "feature", "Add it", {"feature.py": "x = 1\n"})
-    world.add_label("maintainer", number, "deliver-review")
-    payload = r.pull_labeled(number, "deliver-review", "maintainer")
-    ran = ok(r.run("pull_request", payload, run_id=9201, AUTOLOOP_MODE="deliver"))
+    ran = reviewed_by(r, "costly", [sys.executable, str(script)], 9201)
     assert ran.outputs == {
         "turns": "0",
         "cards": "0",
@@ -737,18 +700,7 @@ def test_a_review_agent_that_could_not_start_is_no_run(runner: Runner) -> None:
     """An agent whose program is missing spent nothing: it was counted as a run, and
     the job said "1 run(s): not reported" and "agents spent not reported"."""
     r = runner
-    rules_file = r.workspace / ".github" / "autoloop" / "rules.json"
-    rules = json.loads(rules_file.read_text())
-    rules["agents"]["missing"] = {"use": "command", "command": [str(r.tmp / "no-such-agent")]}
-    rules_file.write_text(json.dumps(rules))
-    world = r.gh.world
-    world.push(
-        "maintainer", "main", {".github/autoloop.toml": '[deliver]\nreview = "agent:missing"\n'}
-    )
-    number = world.open_pr("contributor", "feature", "Add it", {"feature.py": "x = 1\n"})
-    world.add_label("maintainer", number, "deliver-review")
-    payload = r.pull_labeled(number, "deliver-review", "maintainer")
-    ran = ok(r.run("pull_request", payload, run_id=9301, AUTOLOOP_MODE="deliver"))
+    ran = reviewed_by(r, "missing", [str(r.tmp / "no-such-agent")], 9301)
     assert ran.outputs["stage"] == "blocked" and ran.outputs["cards"] == "1"
     assert ran.outputs["cost-usd"] == "0.0000" and ran.outputs["tokens"] == "0"
     assert "| deliver | 0 | 1 | blocked | - |" in ran.summary
@@ -763,13 +715,7 @@ def test_an_issue_in_mode_auto_reads_nothing_for_the_delivery(runner: Runner) ->
     r.gh.world.faults.add("error_502", method="GET", path="*/contents/*", times=None)
     issue = r.gh.world.open_issue("reader", "Crash", body="It crashes.")
     ran = ok(r.run("issues", r.issue_opened(issue), run_id=9101, AUTOLOOP_MODE="auto"))
-    assert ran.outputs == {
-        "turns": "1",
-        "cards": "1",
-        "stage": "",
-        "cost-usd": "0.0000",
-        "tokens": "0",
-    }
+    assert ran.outputs == spent_nothing(1, 1)
 
 
 def test_deliver_mode_needs_no_rules_file(runner: Runner) -> None:

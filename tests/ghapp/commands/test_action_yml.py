@@ -37,7 +37,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.action_runner import Runner, sandbox_runner
+from tests.action_runner import Runner, sandbox_runner, spent_nothing
 from tests.paths import ROOT
 
 EXPRESSION = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")
@@ -235,7 +235,7 @@ def test_the_composite_steps_install_run_and_answer_on_the_next_event(
         payload=r.issue_opened(number),
         run_id=8001,
     )
-    assert outputs == {"turns": "1", "cards": "1", "stage": "", "cost-usd": "0.0000", "tokens": "0"}
+    assert outputs == spent_nothing(1, 1)
     venv = first.runner_temp / "autoloop-venv"
     assert (venv / "bin" / "autoloop").exists()
     assert "autoloop 0.1.0" in first.logs[1]  # installed, then asked for its version
@@ -253,7 +253,7 @@ def test_the_composite_steps_install_run_and_answer_on_the_next_event(
         payload=r.comment_created(number, comment),
         run_id=8002,
     )
-    assert outputs == {"turns": "1", "cards": "0", "stage": "", "cost-usd": "0.0000", "tokens": "0"}
+    assert outputs == spent_nothing(1, 0)
     assert "(cached)" in second.logs[1]
     assert "bug" in r.labels(number)
     summary = Path(second.base_env["GITHUB_STEP_SUMMARY"]).read_text()
