@@ -65,6 +65,7 @@ class TurnFinished:
     receipt: Mapping[str, Any] | None = None
     repair: bool = False  # the matter now owes one repair turn
     retry: bool = False  # the batch goes back to run again
+    retry_at: str = ""  # ... not before this instant (empty: at once)
     keep_session: bool = True  # False: the next attempt starts a fresh agent session
 
 

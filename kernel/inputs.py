@@ -76,6 +76,9 @@ class AgentOutcome:
     error: str = ""
     timed_out: bool = False
     retry: bool = True  # False: running it again cannot help (its program is missing)
+    # False: the worker ended it, not the agent (its lease lapsed, or it was taken back
+    # from a dead worker): the retry need not wait out the rule's backoff
+    backoff: bool = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

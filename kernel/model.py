@@ -74,6 +74,7 @@ class Rule:
     timeout_s: float = 1800.0
     budget_usd: float | None = None
     max_retries: int = 2
+    retry_backoff_s: int = 30  # the first retry waits this long, each next one twice as long
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -65,6 +65,7 @@ class Matter:
     repair: str | None = None  # a turn whose malformed receipt must be rewritten
     retry: tuple[int, ...] = ()  # events of a failed turn to run again
     failures: int = 0  # consecutive failed attempts
+    retry_after: str = ""  # no turn starts before this instant (a failed turn's backoff)
     turns: int = 0
 
     kind = "matter"

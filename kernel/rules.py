@@ -82,6 +82,7 @@ _RULE = (
     "timeout_s",
     "budget_usd",
     "max_retries",
+    "retry_backoff_s",
 )
 _ON = ("source", "type", "subject")
 _ACCESS: tuple[Access, ...] = typing.get_args(Access)
@@ -312,6 +313,9 @@ class _RulesReader(Reader):
             timeout_s=self.positive(spec.get("timeout_s", 1800), "timeout_s", name),
             budget_usd=None if budget is None else self.positive(budget, "budget_usd", name),
             max_retries=self.integer(spec.get("max_retries", 2), "max_retries", name, minimum=0),
+            retry_backoff_s=self.integer(
+                spec.get("retry_backoff_s", 30), "retry_backoff_s", name, minimum=0
+            ),
         )
 
     def trigger(self, value: object, rule: str) -> Trigger:

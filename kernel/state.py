@@ -116,7 +116,16 @@ def _turn_started(st: State, fact: f.TurnStarted) -> set[Key]:
                 touched.add(("queued", qid))  # gone: the store deletes it
         m = _r(m, waiting=False, retry=() if fact.kind == "retry" else m.retry)
     touched.add(
-        st.put(_r(m, running=fact.turn, hops=fact.hops, chain=fact.chain, turns=m.turns + 1))
+        st.put(
+            _r(
+                m,
+                running=fact.turn,
+                hops=fact.hops,
+                chain=fact.chain,
+                turns=m.turns + 1,
+                retry_after="",
+            )
+        )
     )
     touched.add(
         st.put(
@@ -187,6 +196,7 @@ def _turn_finished(st: State, fact: f.TurnFinished) -> set[Key]:
         repair=repair,
         retry=(*m.retry, *t.events) if fact.retry else m.retry,
         failures=m.failures + 1 if fact.retry else 0,
+        retry_after=fact.retry_at if fact.retry else "",
     )
     touched.add(st.put(m))
     return touched

@@ -53,7 +53,7 @@ from kernel.routing import matter_of, route
 STEP: Mapping[type[Any], Outcomes] = {
     # input: (facts it may record), (effects it may ask for), "reply codes"
     Ingest: Outcomes.of((f.EventRecorded,), (), "recorded duplicate"),
-    Claim: Outcomes.of((f.TurnStarted,), (), "started unknown busy idle no_rule"),
+    Claim: Outcomes.of((f.TurnStarted,), (), "started unknown busy idle later no_rule"),
     Heartbeat: Outcomes.of((f.LeaseRenewed,), (), "renewed refused"),
     Finish: Outcomes.of(
         (

@@ -64,7 +64,12 @@ def tick(ctx: Context, inp: Tick) -> Reply:
             t,
             m,
             rule,
-            AgentOutcome(started=True, ok=False, error=f"lease of worker {t.worker!r} expired"),
+            AgentOutcome(
+                started=True,
+                ok=False,
+                error=f"lease of worker {t.worker!r} expired",
+                backoff=False,  # the lease was the wait
+            ),
             outcome="lease_expired",
         )
         expired += 1

@@ -23,7 +23,9 @@ from kernel.receipt import agent_may_resolve, parse_receipt
 from kernel.records import Matter, Turn
 from kernel.routing import route
 
-__all__ = ["claim", "failed", "finish", "heartbeat"]
+__all__ = ["claim", "failed", "finish", "heartbeat", "retry_wait_s"]
+
+RETRY_WAIT_MAX_S = 3600  # a retry waits at most this long, however many failed before it
 
 # What brings the work back after a failure that is not retried: the event itself is not
 # run again (emitting it again is a duplicate, recorded once), the matter is not stuck.
@@ -31,6 +33,15 @@ _NEXT_EVENT = (
     "The events of this turn are not run again; the next event about the same subject "
     "(a comment, a new --id for 'autoloop emit') starts a new turn."
 )
+
+
+def retry_wait_s(rule: Rule, failures: int) -> int:
+    """How long the retry after a failed turn waits, ``failures`` having failed in a row
+    before it: the rule's ``retry_backoff_s``, doubled for each of them (an agent that
+    failed on a rate limit or an outage was run again at once, and failed again)."""
+    if rule.retry_backoff_s <= 0:
+        return 0
+    return int(min(RETRY_WAIT_MAX_S, rule.retry_backoff_s * 2 ** min(failures, 16)))
 
 
 def claim(ctx: Context, inp: Claim) -> Reply:
@@ -42,6 +53,13 @@ def claim(ctx: Context, inp: Claim) -> Reply:
         return Reply(ok=False, code="busy", message=f"turn {m.running} is running")
     if not m.runnable:
         return Reply(ok=False, code="idle", message="nothing to run")
+    if m.retry_after > ctx.at:
+        return Reply(
+            ok=False,
+            code="later",
+            message=f"a failed turn's retry waits until {m.retry_after}",
+            data={"at": m.retry_after},
+        )
     rule = ctx.rules.rule(m.rule)
     if rule is None:
         return Reply(ok=False, code="no_rule", message=f"rule {m.rule!r} is not in rules.json")
@@ -167,6 +185,7 @@ def failed(
 ) -> Reply:
     outcome = outcome or ("timeout" if out.timed_out else "failed")
     retry = out.retry and m.failures < rule.max_retries
+    wait = retry_wait_s(rule, m.failures) if out.backoff else 0
     ctx.emit(
         f.TurnFinished(
             turn=t.id,
@@ -178,6 +197,7 @@ def failed(
             tokens=out.tokens,
             error=out.error,
             retry=retry,
+            retry_at=iso(ctx.now + timedelta(seconds=wait)) if retry and wait else "",
             # Started then failed: retry in the same session. Never started: a fresh one.
             keep_session=out.started,
         )

@@ -50,6 +50,9 @@ class AgentResult:
     output: str = ""  # raw output for the turn log; redacted before it is stored
     pid: int | None = None
     retry: bool = True  # False: running it again cannot help (the program is missing)
+    # False: the retry itself mends it (a session that is gone: the retry starts a fresh
+    # one), so it need not wait out the rule's retry_backoff_s
+    backoff: bool = True
 
 
 class Agent(Protocol):

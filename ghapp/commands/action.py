@@ -88,6 +88,10 @@ from plugins.sources.github import translate
 __all__ = ["ActionError", "RunnerEnv", "deliver", "main", "run"]
 
 CHANNEL_ADAPTER = "github-comment"
+# A failed turn's retry within this long is waited for in the job (the ledger usually
+# ends with the job, and nothing else would run it); the rules' defaults (two retries,
+# 30 s then 60 s) fit.
+RETRY_WAIT_S = 300.0
 
 
 @dataclass(slots=True)
@@ -238,7 +242,19 @@ def _run(
                 # the deliver workflow's run on the same comment): left to it
                 delivery_cards=True,
             )
-            drained = hub.drain(worker=renv.worker)
+            drained = hub.drain(
+                worker=renv.worker,
+                wait_retries_s=RETRY_WAIT_S,
+                waiting=lambda at: say(
+                    f"a failed turn is retried at {at:%H:%M:%S} UTC (its rule's retry_backoff_s)"
+                ),
+            )
+            if drained.retry_at is not None:
+                report.warnings.append(
+                    f"a failed turn's retry is due at {drained.retry_at:%H:%M:%S} UTC, past "
+                    f"what a job waits ({RETRY_WAIT_S:.0f} s): it runs on the next run "
+                    "whose ledger holds it (lower the rule's retry_backoff_s or max_retries)"
+                )
             with hub.store.read() as tx:
                 report.turns = [
                     t for t in (tx.get("turn", tid) for tid in drained.turns) if isinstance(t, Turn)

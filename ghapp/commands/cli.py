@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 from kernel.text import for_terminal
 
 if TYPE_CHECKING:  # the commands import what they use: --help and status start fast
+    from datetime import datetime
+
     from ghapp.commands.home import Home
     from ghapp.commands.show import Out
     from kernel.model import Event
@@ -277,11 +279,28 @@ def cmd_drain(args: argparse.Namespace) -> int:
     with out.progress("running turns") as say:
         progress.append(say)
         report = hub.drain(worker=args.worker)
+    retry_at = report.retry_at
     if args.json:
-        _print_json({"turns": report.turns, "timers_fired": report.timers})
+        data: dict[str, Any] = {"turns": report.turns, "timers_fired": report.timers}
+        data["retry_at"] = retry_at.isoformat() if retry_at else None
+        _print_json(data)
+    elif retry_at is not None:
+        out.line(_retry_line(retry_at, hub.clock()))
     elif not report.turns:
         out.line(_nothing_to_run(ctx))
     return 0
+
+
+def _retry_line(at: datetime, now: datetime) -> str:
+    """What a drain that left a failed turn's retry for later says of it."""
+    import math  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+
+    left = max(0, math.ceil((at - now).total_seconds()))
+    return (
+        f"a failed turn is retried at {at:%H:%M:%S} UTC (in {left} s, its rule's "
+        "retry_backoff_s): run 'autoloop drain' again then, or keep 'autoloop work' (or "
+        "'autoloop serve') running, which starts it on time"
+    )
 
 
 def _nothing_to_run(ctx: Home) -> str:

@@ -102,6 +102,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "repair": None,
         "retry": (),
         "failures": 0,
+        "retry_after": "",
         "turns": 0,
         "chain": None,
     },
@@ -231,6 +232,7 @@ def status_data(store: Store, home: Path, now: datetime) -> dict[str, Any]:
                 "session": m["session"],
                 "agent_session": m["agent_session"] or "",
                 "chain": m["chain"],
+                "retry_after": m["retry_after"],
             }
             for m in matters
         ],
@@ -467,6 +469,11 @@ def show(data: Mapping[str, Any], out: Out) -> None:
             ],
         )
     for m in data["matters"]:
+        if m["state"] == "waiting" and m.get("retry_after"):
+            out.line(
+                f"  matter {m['id']}: a failed turn is retried from "
+                f"{_short_time(m['retry_after'])} (its rule's retry_backoff_s)"
+            )
         if m["state"] == "waiting" and m.get("worker", "any") != "any":
             # Nothing else said why it did not run: only that worker takes it.
             out.line(

@@ -13,6 +13,7 @@ import hmac
 import logging
 import math
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -37,6 +38,7 @@ from ghapp.runtime.turns import (
 from ghapp.store.base import Store
 from kernel import facts as f
 from kernel import inputs as k
+from kernel.durations import iso, parse_instant
 from kernel.model import OWNER_MATTER, Event, Rules
 from kernel.records import Card, EventRow, Matter, Turn
 from plugins.protocols import Channel, Executor
@@ -196,6 +198,7 @@ class DrainReport:
     turns: list[str] = field(default_factory=list)
     cards: list[str] = field(default_factory=list)
     timers: int = 0
+    retry_at: datetime | None = None  # a failed turn's retry is due then, not run yet
 
 
 class Hub:
@@ -237,6 +240,7 @@ class Hub:
         self._usage = UsageMeter()  # today's spend, read incrementally from the facts
         self._usage_lock = threading.Lock()
         self.wake_at: datetime | None = None  # when the last tick asked for the next one
+        self.retry_at: datetime | None = None  # the next retry after a failed turn's backoff
         self._orphans_told: set[str] = set()  # matters said to wait for a rule that is gone
 
     # -- inputs ---------------------------------------------------------------------------
@@ -278,11 +282,18 @@ class Hub:
     # -- turns ----------------------------------------------------------------------------
 
     def runnable(self, worker: str = "local") -> list[Matter]:
+        """The matters ``worker`` may start a turn of now; :attr:`retry_at` becomes the
+        earliest instant one waits for (the backoff after a failed turn), or None."""
         rules = self.rules()
         with self.store.read() as tx:
             ms = [m for m in tx.query("matter", states=["runnable"]) if isinstance(m, Matter)]
+        now = iso(self.clock())
+        later = [m.retry_after for m in ms if m.retry_after > now]
+        self.retry_at = parse_instant(min(later)) if later else None
         out = []
         for m in ms:
+            if m.retry_after > now:
+                continue
             rule = rules.rule(m.rule)
             if rule is None:
                 if m.id not in self._orphans_told:  # once a process, not every pass
@@ -370,7 +381,7 @@ class Hub:
                 continue
             self.stop_orphans(t.id)
             error = f"{why}; taken back by a worker started on this host"
-            outcome = k.AgentOutcome(started=True, ok=False, error=error)
+            outcome = k.AgentOutcome(started=True, ok=False, error=error, backoff=False)
             out = self.ledger.decide(k.Finish(turn=t.id, fence=t.fence, outcome=outcome))
             self._after(out)
             if out.reply.ok:
@@ -484,15 +495,39 @@ class Hub:
 
     # -- loops ----------------------------------------------------------------------------
 
-    def drain(self, *, worker: str = "local", max_turns: int = 1000) -> DrainReport:
-        """Run hub and worker here until nothing is runnable now."""
+    def next_wake(self) -> datetime | None:
+        """The earliest of what the last tick asked for and the next retry's time."""
+        wakes = [w for w in (self.wake_at, self.retry_at) if w is not None]
+        return min(wakes) if wakes else None
+
+    def drain(
+        self,
+        *,
+        worker: str = "local",
+        max_turns: int = 1000,
+        wait_retries_s: float = 0.0,
+        waiting: Callable[[datetime], None] | None = None,
+    ) -> DrainReport:
+        """Run hub and worker here until nothing is runnable now. ``wait_retries_s``: also
+        wait for the retries of failed turns that come within that long (a run whose
+        ledger does not outlive it), calling ``waiting`` with the time of each first; the
+        report's ``retry_at`` names the one not waited for."""
         report = DrainReport()
         self.take_back()
         self.sweep_cards()
         self.sweep_actions()
+        until = time.monotonic() + wait_retries_s
         while len(report.turns) < max_turns:
             report.timers += self.tick()
             ms = self.runnable(worker)
+            report.retry_at = self.retry_at
+            if not ms and self.retry_at is not None:
+                wait = (self.retry_at - self.clock()).total_seconds()
+                if time.monotonic() + wait <= until:
+                    if waiting is not None:
+                        waiting(self.retry_at)
+                    time.sleep(max(0.0, wait) + 0.01)
+                    continue
             if not ms:
                 break
             progressed = False

@@ -172,6 +172,7 @@ def run_agent(
         error=redact(result.error or ""),
         timed_out=result.timed_out,
         retry=result.retry,
+        backoff=result.backoff,
     )
 
 

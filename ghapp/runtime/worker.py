@@ -2,8 +2,9 @@
 
 It sleeps until something wakes it: ``wake()`` (ingest and the card routes call it for
 every new event in this process, and a finished turn calls it), the instant the last
-tick asked for (``wake_at``: the next timer, lease or schedule the kernel knows of), or
-``poll_s``. At ``poll_s`` it only reads the last fact's number: another process writing
+tick asked for (``wake_at``: the next timer, lease or schedule the kernel knows of), the
+end of a failed turn's backoff (its matter's ``retry_after``, read with the runnable
+matters), or ``poll_s``. At ``poll_s`` it only reads the last fact's number: another process writing
 to a shared ledger (a worker, a CLI answer, a replica) is what nothing here hears of,
 and a pass, a tick (a write) then the claims, runs only when something was written,
 when woken, when ``wake_at`` came, or ``tick_every_s`` after the last tick (each tick
@@ -11,20 +12,21 @@ looks that far ahead for timers and leases). Waiting costs nothing but this one
 thread: a card waiting for a person is a row in the ledger, not a process.
 
 Claims are leases (the rule's ``timeout_s`` plus ``AUTOLOOP_LEASE_MARGIN_S``, default
-120 s), renewed by heartbeats while the agent runs. When a worker dies mid-turn its lease
-lapses, the next tick records the turn as ``lease_expired`` and the matter's events run
-again (a retry, bounded by the rule's ``max_retries``). The dead worker's agent is not
-killed with it: agents run in a session of their own, so that a timeout can kill the
-whole group. So before that retry runs, and whenever a tick sees a lease lapse, the hub
-kills every process on this host still carrying the old turn's ``AUTOLOOP_TURN_DIR``
-(its whole process group), and waits until it is gone; the retry never runs beside its
-orphan on the same host. An orphan on *another* host (workers on several machines) is
-not reachable from here: it runs until its own end, and whatever receipt it might send
-is refused (its fence is old). A worker that starts on the host where one was killed
-does not wait for the lapse: the turns whose worker process is gone (``worker.json`` in
-the turn folder) end failed at once, their leftovers stopped, and run again as the
-rule's retries allow. If the heartbeat itself is refused (this worker lost its
-claim, e.g. after a long pause), the worker kills its own agent at once.
+120 s), renewed by heartbeats while the agent runs. When a worker dies mid-turn its
+lease lapses, the next tick records the turn as ``lease_expired`` and the matter's
+events run again (a retry, bounded by the rule's ``max_retries``; the lapse was its
+wait: no backoff). The dead worker's agent is not killed with it: agents run in a
+session of their own, so that a timeout can kill the whole group. So before that retry
+runs, and whenever a tick sees a lease lapse, the hub kills every process on this host
+still carrying the old turn's ``AUTOLOOP_TURN_DIR`` (its whole process group), and waits
+until it is gone; the retry never runs beside its orphan on the same host. An orphan on
+*another* host (workers on several machines) is not reachable from here: it runs until
+its own end, and whatever receipt it might send is refused (its fence is old). A worker
+that starts on the host where one was killed does not wait for the lapse: the turns
+whose worker process is gone (``worker.json`` in the turn folder) end failed at once,
+their leftovers stopped, and run again as the rule's retries allow. If the heartbeat
+itself is refused (this worker lost its claim, e.g. after a long pause), the worker
+kills its own agent at once.
 """
 
 from __future__ import annotations
@@ -204,18 +206,20 @@ class WorkerLoop:
         return self.once()
 
     def sleep_s(self) -> float:
-        """Until the next look: ``poll_s`` at most, less when a tick is due sooner."""
+        """Until the next look: ``poll_s`` at most, less when a tick (or a failed turn's
+        retry) is due sooner."""
         until = min(self.poll_s, self._ticked + self.tick_every_s - self.monotonic())
-        wake_at = self.hub.wake_at
+        wake_at = self.hub.next_wake()
         if wake_at is not None:
             until = min(until, (wake_at - self.hub.clock()).total_seconds())
         return max(MIN_SLEEP_S, until)
 
     def tick_due(self) -> bool:
-        """Whether the kernel asked to be woken by now, or the last tick is too old."""
+        """Whether the kernel asked to be woken by now (or a retry is due), or the last
+        tick is too old."""
         if self.monotonic() >= self._ticked + self.tick_every_s:
             return True
-        wake_at = self.hub.wake_at
+        wake_at = self.hub.next_wake()
         return wake_at is not None and wake_at <= self.hub.clock()
 
     def once(self) -> int:

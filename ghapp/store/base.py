@@ -54,7 +54,7 @@ def _load_kernel() -> None:
 
 # 1: event rows in ``records``; 2: event rows in their own ``events`` table;
 # 3: each event waiting in a matter is a ``queued`` record (not a list in the matter).
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 
 class StoreError(Exception):
@@ -658,9 +658,10 @@ def migrate(cur: Any, ph: str) -> None:
     projections did (schema 2 moved event rows to their own table, schema 3 made each
     waiting event a row of its own, schema 4 gave a matter the seq its wait began at,
     ``since``, schema 5 gave a matter, a turn, a timer and an event's row its chain,
-    ``chain``), so an older ledger gets its projections rebuilt from its facts (an older
-    autoloop cannot read the rows of a newer one). (Schema 4 came late: ledgers of schema
-    3 written after ``since`` came are rebuilt too, to the same rows.)
+    ``chain``, schema 6 a matter the end of a failed turn's backoff, ``retry_after``), so an
+    older ledger gets its projections rebuilt from its facts (an older autoloop cannot read
+    the rows of a newer one). (Schema 4 came late: ledgers of schema 3 written after
+    ``since`` came are rebuilt too, to the same rows.)
     """
     tx = SqlTx(cur, ph)
     cur.execute("SELECT v FROM ledger_info WHERE k = 'schema'")

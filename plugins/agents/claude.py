@@ -148,6 +148,7 @@ class ClaudeAgent:
                 started=False,
                 ok=False,
                 error=f"the session to resume is not a usable id: {req.resume[:80]!r}",
+                backoff=False,  # the retry starts a fresh session
             )
         try:
             argv = self.build_argv(req)
@@ -172,6 +173,7 @@ class ClaudeAgent:
                 started=False,
                 ok=False,
                 error=f"Claude Code has no session {intended}; the turn will start a fresh one",
+                backoff=False,  # the retry starts that fresh one: nothing to wait for
                 **common,
             )
         if proc.timed_out:

@@ -107,6 +107,7 @@ class CodexAgent:
                 started=False,
                 ok=False,
                 error=f"the session to resume is not a usable id: {req.resume[:80]!r}",
+                backoff=False,  # the retry starts a fresh session
             )
         try:
             argv = self.build_argv(req)
@@ -131,7 +132,11 @@ class CodexAgent:
         }
         if seen.thread_id is None:
             return AgentResult(
-                started=False, ok=False, error=self._not_started(req, proc, seen), **common
+                started=False,
+                ok=False,
+                error=self._not_started(req, proc, seen),
+                backoff=not _lost_thread(req, proc, seen),  # a fresh one needs no wait
+                **common,
             )
         final = seen.final or ""
         ok = (
@@ -153,8 +158,7 @@ class CodexAgent:
 
     @staticmethod
     def _not_started(req: AgentRequest, proc: ProcessResult, seen: Events) -> str:
-        lowered = (proc.stderr + "\n" + "\n".join(seen.errors)).lower()
-        if req.resume is not None and any(m in lowered for m in MISSING_SESSION_MARKERS):
+        if _lost_thread(req, proc, seen):
             return f"Codex has no thread {req.resume}; the turn will start a fresh one"
         if proc.timed_out:
             return f"killed after {req.timeout_s:g} s (the rule's timeout_s), before Codex started"
@@ -173,3 +177,9 @@ class CodexAgent:
             detail = one_line(proc.stderr)
             return f"Codex exited with code {proc.exit_code}" + (f": {detail}" if detail else "")
         return "Codex finished without a final agent message"
+
+
+def _lost_thread(req: AgentRequest, proc: ProcessResult, seen: Events) -> bool:
+    """Whether Codex did not start because the thread to resume is gone."""
+    lowered = (proc.stderr + "\n" + "\n".join(seen.errors)).lower()
+    return req.resume is not None and any(m in lowered for m in MISSING_SESSION_MARKERS)

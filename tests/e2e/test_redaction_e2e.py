@@ -79,6 +79,7 @@ def test_no_planted_secret_survives_in_the_ledger_turn_folders_or_logs(tmp_path:
                     "emits": ["leak.found"],
                     "allow": ["github.comment"],
                     "max_retries": 1,
+                    "retry_backoff_s": 1,
                 }
             ],
         }

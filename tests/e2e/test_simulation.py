@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -168,7 +169,8 @@ def test_a_repair_turn_that_fails_to_run_is_tried_again(tmp_path: Path) -> None:
     t2 = str(led.decide(k.Claim(matter="r", worker="w")).reply.data["turn"])
     crashed = k.AgentOutcome(started=True, ok=False, error="exit 1")
     assert led.decide(k.Finish(turn=t2, fence=2, outcome=crashed)).reply.code == "failed"
-    again = led.decide(k.Claim(matter="r", worker="w")).reply
+    assert led.decide(k.Claim(matter="r", worker="w")).reply.code == "later"  # its backoff
+    again = led.decide(k.Claim(matter="r", worker="w"), now=T0 + timedelta(seconds=30)).reply
     assert again.code == "started"
     with led.store.read() as tx:
         t3 = tx.get("turn", str(again.data["turn"]))

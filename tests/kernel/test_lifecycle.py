@@ -109,9 +109,13 @@ def test_the_kernel_walks_every_row_of_every_table(rows_used: set[tuple[str, str
         k.AgentOutcome(started=True, ok=False, timed_out=True),
     ):
         kn.step(k.Ingest(event=ev(f"fail-{outcome.timed_out}")))
+        if kn.state.matters["r"].retry_after:
+            assert kn.step(k.Claim(matter="r", worker="w")).reply.code == "later"
+            kn.advance(minutes=5)  # past the failed turn's backoff
         t = kn.claim("r")
         assert t
         kn.step(k.Finish(turn=t, fence=kn.state.turns[t].fence, outcome=outcome))
+    kn.advance(minutes=5)
     t = kn.claim("r")
     assert t  # the retry; its lease lapses, the matter's retries are used up: a notice
     kn.advance(minutes=10)

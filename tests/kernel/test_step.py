@@ -6,10 +6,12 @@ import json
 from dataclasses import replace
 
 from kernel import inputs as k
+from kernel.durations import parse_instant
 from kernel.model import HOP_LIMIT_KEY, ReceiptError, Trigger
 from kernel.receipt import parse_receipt
 from kernel.state import replay
 from kernel.step import needs
+from kernel.turns import RETRY_WAIT_MAX_S, retry_wait_s
 from tests.kernel.helpers import Kernel, ev, receipt, rule, rules_of
 
 ASK = receipt(
@@ -333,27 +335,51 @@ def test_late_receipt_from_an_old_claim_is_refused() -> None:
     kn.advance(seconds=400)  # the default lease in Claim is 300 s
     kn.step(k.Tick())
     assert kn.state.turns[t1].outcome == "lease_expired"
-    t2 = kn.claim("r")
+    t2 = kn.claim("r")  # at once: the lease was the wait, not the agent's failure
     assert t2 and kn.state.turns[t2].kind_ == "retry"
     late = kn.finish(t1, receipt('{"notice": [{"title": "late"}]}'))
     assert late.reply.code == "refused"
     assert all(c.title != "late" for c in kn.state.cards.values())
 
 
-def test_failed_turn_retries_then_tells_the_owner() -> None:
-    kn = Kernel(rules_of(rule(max_retries=2)))
+def test_failed_turn_retries_after_a_doubling_backoff_then_tells_the_owner() -> None:
+    kn = Kernel(rules_of(rule(max_retries=2, retry_backoff_s=30)))
     kn.step(k.Ingest(event=ev("1")))
     resumes = []
-    for _ in range(3):
+    waits = []
+    for n in range(3):
+        if n:
+            wait = (parse_instant(kn.state.matters["r"].retry_after) - kn.now).total_seconds()
+            waits.append(wait)
+            kn.advance(seconds=wait - 1)
+            early = kn.step(k.Claim(matter="r", worker="w"))
+            assert early.reply.code == "later" and not early.facts  # not before its time
+            kn.advance(seconds=1)
         t = kn.claim("r")
         assert t
+        assert kn.state.matters["r"].retry_after == ""  # started: nothing to wait for
         resumes.append(kn.state.turns[t].resume)
         out = k.AgentOutcome(started=True, ok=False, session="keep-me", error="boom")
         kn.step(k.Finish(turn=t, fence=kn.state.turns[t].fence, outcome=out))
+    assert waits == [30, 60]
     assert resumes == [None, "keep-me", "keep-me"]
+    assert kn.state.matters["r"].retry_after == ""  # no retry left: nothing waits
     assert kn.claim("r") is None
     (card,) = kn.state.cards.values()
     assert "failed" in card.title
+    assert kn.replayed().records() == kn.state.records()
+
+
+def test_a_rule_with_no_backoff_retries_at_once_and_the_wait_is_capped() -> None:
+    kn = Kernel(rules_of(rule(max_retries=1, retry_backoff_s=0)))
+    kn.step(k.Ingest(event=ev("1")))
+    t1 = kn.claim("r")
+    assert t1
+    out = k.AgentOutcome(started=True, ok=False, error="boom")
+    kn.step(k.Finish(turn=t1, fence=kn.state.turns[t1].fence, outcome=out))
+    assert kn.claim("r")  # at once
+    assert retry_wait_s(rule(retry_backoff_s=600), 5) == RETRY_WAIT_MAX_S
+    assert retry_wait_s(rule(retry_backoff_s=600), 1) == 1200
 
 
 ASK_ONE = '{"key": "k", "title": "Which?", "options": ["a", "b"]}'
@@ -411,6 +437,7 @@ def test_never_started_turn_retries_in_a_fresh_session() -> None:
     assert t2 and kn.state.turns[t2].resume == "old"
     out = k.AgentOutcome(started=False, ok=False, error="no such session")
     kn.step(k.Finish(turn=t2, fence=kn.state.turns[t2].fence, outcome=out))
+    kn.advance(seconds=30)  # the retry's backoff
     t3 = kn.claim("r")
     assert t3 and kn.state.turns[t3].resume is None
 

@@ -304,6 +304,14 @@ class Simulation:
 
     def _claim(self) -> None:
         runnable = self.query("matter", states=["runnable"])
+        at = iso(self.now)
+        backing_off = [m for m in runnable if m.retry_after > at]
+        if backing_off and self.rnd.random() < 0.2:  # a failed turn's retry, before its time
+            m = self.pick(backing_off)
+            self.faults["claim_before_retry_due"] += 1
+            self.expect(self.decide(k.Claim(matter=m.id, worker="w9")), "later")
+            return
+        runnable = [m for m in runnable if m.retry_after <= at]
         if not runnable or self.rnd.random() < 0.05:
             busy = self.query("matter", states=["running", "idle"])
             if busy:
@@ -544,13 +552,15 @@ class Simulation:
                 self.expect(self.decide(k.Answer(card=card.id, choice=1, by="drain")), "answered")
             timers: list[Timer] = self.query("timer", states=["armed"])
             running: list[Turn] = self.query("turn", states=["running"])
+            runnable: list[Matter] = self.query("matter", states=["runnable"])
             dues = [t.due for t in timers] + [t.lease_until for t in running]
+            dues += [m.retry_after for m in runnable if m.retry_after]
             if dues:
                 latest = max(parse_instant(d) for d in dues)
                 self.now = max(self.now, latest) + timedelta(seconds=1)
                 self.expect(self.decide(k.Tick()), "ticked")
             self.held.clear()
-            runnable: list[Matter] = self.query("matter", states=["runnable"])
+            runnable = self.query("matter", states=["runnable"])
             for m in runnable:
                 reply = self.decide(k.Claim(matter=m.id, worker="drain"))
                 self.expect(reply, "started")

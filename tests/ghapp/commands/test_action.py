@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -436,6 +438,41 @@ def test_a_token_github_refuses_fails_the_job_with_one_line(runner: Runner) -> N
     (error,) = annotations(ran.stdout, "error")
     assert "GitHub refused the credentials (401 Bad credentials)" in error
     assert "Traceback" not in ran.stdout + ran.stderr
+
+
+FAILS_ONCE = """\
+import pathlib, sys
+mark = pathlib.Path(sys.argv[1])
+if not mark.exists():
+    mark.write_text("failed once")
+    sys.exit("the model is overloaded, try again later")
+print("looked at it")
+"""
+
+
+def test_a_failed_turn_is_retried_in_the_same_job_after_its_backoff(runner: Runner) -> None:
+    """The ledger of a job on a hosted runner ends with the job: a retry left for later
+    would never run, so the job waits out the backoff and runs it."""
+    r = runner
+    agent = r.tmp / "fails_once.py"
+    agent.write_text(FAILS_ONCE)
+    rules = json.loads(json.dumps(RULES))
+    rules["agents"]["demo"] = {
+        "use": "command",
+        "command": [sys.executable, str(agent), str(r.tmp / "mark")],
+    }
+    rules["rules"][0]["retry_backoff_s"] = 2
+    (r.workspace / ".github" / "autoloop" / "rules.json").write_text(json.dumps(rules))
+    number = r.gh.world.open_issue("reader", "Flaky agent")
+    started = time.monotonic()
+    ran = r.run("issues", r.issue_opened(number), run_id=7100)
+    took = time.monotonic() - started
+    assert ran.code == 0, ran.stdout + ran.stderr
+    assert "turn t1 failed: failed: " in ran.stdout
+    assert "a failed turn is retried at " in ran.stdout
+    assert "turn t2 done: no_receipt" in ran.stdout  # the retry ran in this job (no receipt)
+    assert took >= 2  # after its backoff, not at once
+    assert annotations(ran.stdout, "warning") == ["::warning::turn t1 failed: failed"]
 
 
 def test_a_broken_rules_file_is_named_in_the_error(runner: Runner) -> None:

@@ -127,6 +127,7 @@ def reference_status(store: Store, rules: Rules | None, now: datetime) -> dict[s
                 "session": m.session,
                 "agent_session": m.agent_session or "",
                 "chain": m.chain,
+                "retry_after": m.retry_after,
             }
             for m in matters
         ],

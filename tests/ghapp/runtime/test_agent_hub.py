@@ -88,7 +88,7 @@ def test_a_two_turn_matter_resumes_the_session_the_cli_reported(home: Home, use:
 def test_started_then_failed_retries_in_the_same_session_then_tells_the_owner(
     home: Home, use: str
 ) -> None:
-    home.rules(rules_for(use, max_retries=1))
+    home.rules(rules_for(use, max_retries=1, retry_backoff_s=0))  # (the backoff: below)
     home.emit("ping", "acme/web#1", "e1")
     home.run("drain", FAKE_SCENARIO="error")
     st = home.status()
@@ -116,6 +116,32 @@ def test_started_then_failed_retries_in_the_same_session_then_tells_the_owner(
     home.run("drain")
     assert len(home.recorded()) == 3
     assert home.status()["turns"][-1]["outcome"] == "ok"
+
+
+def test_a_failed_turn_is_retried_after_its_backoff_and_drain_says_when(home: Home) -> None:
+    """An agent that fails (a rate limit, an outage) was run again within 0.1 s, and
+    failed again: its retries were spent before anything could change."""
+    home.rules(rules_for("claude", max_retries=1, retry_backoff_s=2))
+    home.emit("ping", "acme/web#1", "e1")
+    first = home.run("drain", FAKE_SCENARIO="error")
+    failed_at = time.monotonic()
+    assert "< turn t1 failed" in first.stdout
+    said = first.stdout.strip().splitlines()[-1]
+    assert said.startswith("a failed turn is retried at ") and "(in 2 s" in said
+    assert "autoloop drain' again then" in said
+    early = home.json("drain")  # before its time: nothing runs
+    assert early["turns"] == [] and early["retry_at"]
+    assert len(home.recorded()) == 1
+    (matter,) = home.status()["matters"]
+    assert (matter["state"], matter["retry_after"]) == ("waiting", early["retry_at"])
+    assert f"matter {matter['id']}: a failed turn is retried from " in home.run("status").stdout
+    time.sleep(max(0.0, 2.1 - (time.monotonic() - failed_at)))
+    assert "< turn t2 done: ok" in home.run("drain").stdout  # (the agent works again)
+    turns = home.status()["turns"]
+    assert [(t["kind"], t["outcome"]) for t in turns] == [("normal", "failed"), ("retry", "ok")]
+    assert turns[1]["resume"] == turns[0]["agent_session"]  # in the same session
+    assert home.json("drain")["retry_at"] is None
+    assert home.status()["matters"][0]["retry_after"] == ""
 
 
 @pytest.mark.parametrize("use", CLIS)

@@ -23,7 +23,15 @@ from tests.hub_cli import Home, wait_for
 
 RULES = {
     "agents": {"demo": {"use": "demo"}},
-    "rules": [{"name": "hello", "on": {"source": "local", "type": "hello.*"}, "agent": "demo"}],
+    "rules": [
+        # retried at once (no backoff): each retry fails the same way, in one line
+        {
+            "name": "hello",
+            "on": {"source": "local", "type": "hello.*"},
+            "agent": "demo",
+            "retry_backoff_s": 0,
+        }
+    ],
 }
 
 

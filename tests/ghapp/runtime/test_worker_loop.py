@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from ghapp.runtime.hub import Hub
 from ghapp.runtime.worker import MIN_SLEEP_S, WorkerLoop
 
 T0 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
@@ -42,6 +43,7 @@ class FakeHub:
         self.now = T0
         self.last_fact = 7
         self.wake_at: datetime | None = None
+        self.retry_at: datetime | None = None  # what runnable() found of a failed turn's retry
         self.ticks: list[float] = []
         self.store = FakeStore(self)
 
@@ -54,6 +56,8 @@ class FakeHub:
 
     def runnable(self, worker: str = "local") -> list[Any]:
         return []
+
+    next_wake = Hub.next_wake
 
 
 class Clock:
@@ -108,6 +112,20 @@ def test_the_kernels_wake_at_sets_the_next_tick() -> None:
     hub.wake_at = None
     clock.t += 29.5
     assert loop.sleep_s() == 0.5  # the longest gap between ticks comes first
+
+
+def test_a_failed_turns_retry_wakes_the_loop_when_its_backoff_ends() -> None:
+    hub, clock = FakeHub(), Clock()
+    loop = loop_of(hub, clock)
+    loop.look(woken=True)
+    hub.retry_at = T0 + timedelta(milliseconds=400)  # runnable() left a matter for then
+    hub.wake_at = T0 + timedelta(seconds=5)
+    assert loop.sleep_s() == 0.4  # the earlier of the two
+    loop.look(woken=False)
+    assert len(hub.ticks) == 1  # not due yet: no pass
+    hub.now += timedelta(milliseconds=400)
+    loop.look(woken=False)
+    assert len(hub.ticks) == 2  # due: a pass, which claims it
 
 
 class DownHub(FakeHub):
