@@ -339,6 +339,14 @@ def agent_checks(home: Path, rules: Rules, env: Mapping[str, str]) -> list[Check
                 )
             )
         elif script := _missing_script(spec, [_cwd(home, r.cwd) for r in users] or [home]):
+            if not users:  # the starter rules' example: warned about right after init
+                detail = (
+                    f"used by no rule; its script {script!r} is not there yet: write it (or "
+                    "fix its path in rules.json) before a rule, or a delivery policy's "
+                    'review = "agent:NAME", uses this agent'
+                )
+                rows.append(Check(label, SKIP, detail))
+                continue
             rows.append(
                 Check(
                     label,

@@ -203,6 +203,20 @@ def test_a_command_agents_missing_script_is_a_warning(tmp_path: Path) -> None:
     assert status_of(report, "agent script") == "ok"
 
 
+def test_right_after_init_the_starter_rules_example_agent_is_no_warning(tmp_path: Path) -> None:
+    """The starter rules hold an example command agent, ``script`` (``agent.py``), that no
+    rule uses: doctor warned about its missing script right after ``autoloop init``."""
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOLOOP_")}
+    env["AUTOLOOP_HOME"] = str(home)
+    assert cli(env, "init").returncode == 0
+    _, report, _ = doctor(env)
+    (row,) = [c for c in report["checks"] if c["check"] == "agent script"]
+    assert row["status"] == "skip"
+    assert "used by no rule; its script 'agent.py' is not there yet" in row["detail"]
+    assert [c["check"] for c in report["checks"] if c["status"] == "warn"] == ["ledger"]
+
+
 def test_an_unreachable_webhook_is_one_row(gh: SandboxHandle, tmp_path: Path) -> None:
     deliver_one_webhook(gh, f"http://127.0.0.1:{free_port()}/github/webhook")
     code, report, _ = doctor(github_env(gh, make_home(tmp_path)))
