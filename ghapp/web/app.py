@@ -439,7 +439,8 @@ def create_app(server: Server) -> Starlette:
                     if e.type == "issue_comment.created":
                         server.on_comment(e)
         dup = all(c == "duplicate" for c in codes)
-        answer = {"delivery": delivery, "events": len(events), "duplicate": dup}
+        # the same keys as the inbox's answer (acknowledge): its events are decided
+        answer = {"delivery": delivery, "duplicate": dup, "queued": False, "events": len(events)}
         return Response(
             orjson.dumps(answer),
             status_code=200,
@@ -464,7 +465,9 @@ def create_app(server: Server) -> Starlette:
             return _unrecorded(f"webhook {delivery} ({name})", exc)
         m.inc("webhook_deliveries_total")
         m.observe(time.perf_counter() - started)
-        answer = {"delivery": delivery, "duplicate": dup, "queued": not dup}
+        # "queued": its events are decided right after this answer ("events": not known yet;
+        # a ledger without an inbox decides them first and says how many)
+        answer = {"delivery": delivery, "duplicate": dup, "queued": not dup, "events": None}
         return Response(
             orjson.dumps(answer),
             status_code=200,

@@ -51,7 +51,12 @@ def test_signed_delivery_is_stored_before_the_answer(tmp_path: Path) -> None:
         inbox.stats.decided = -(10**9)  # (a marker: nothing decided before the answer below)
         resp = post(live.url, "issues", body, delivery="d-1")
         assert resp.status_code == 200
-        assert resp.json() == {"delivery": "d-1", "duplicate": False, "queued": True}
+        assert resp.json() == {
+            "delivery": "d-1",
+            "duplicate": False,
+            "queued": True,
+            "events": None,
+        }
         # durable at the answer: in the inbox, or already decided into the ledger
         with live.ctx.store.read() as tx:
             in_ledger = tx.has_key("event:github:d-1")
@@ -61,6 +66,26 @@ def test_signed_delivery_is_stored_before_the_answer(tmp_path: Path) -> None:
         assert list(inbox.rows()) == []  # the raw body is gone
         assert (row.event.type, row.event.id) == ("issues.opened", "d-1")
         assert row.dispatched
+
+
+def test_the_answer_has_the_same_keys_on_every_ledger(
+    tmp_path: Path, ledger_env: dict[str, str]
+) -> None:
+    """The answer was {delivery, duplicate, queued} on SQLite (its inbox decides after the
+    answer) and {delivery, events, duplicate} on PostgreSQL (decided before it)."""
+    body = (FIXTURES / "issues" / "opened.json").read_bytes()
+    env = {**ENV, **ledger_env}
+    with live_server(tmp_path / "h", RULES, env=env, start_worker=False) as live:
+        first = post(live.url, "issues", body, delivery="d-keys").json()
+        again = post(live.url, "issues", body, delivery="d-keys").json()
+        keys = {"delivery", "duplicate", "queued", "events"}
+        assert set(first) == keys and set(again) == keys
+        if live.running.inbox is not None:  # decided right after the answer
+            assert (first["queued"], first["events"]) == (True, None)
+        else:  # decided before it: how many events it made
+            assert (first["queued"], first["events"]) == (False, 1)
+        assert (first["duplicate"], again["duplicate"], again["queued"]) == (False, True, False)
+        assert len(events_in(live)) == 1
 
 
 def test_forged_or_missing_signature_is_401_and_stores_nothing(tmp_path: Path) -> None:
@@ -183,7 +208,12 @@ def test_the_webhook_path_answers_other_methods_and_paths_as_starlette_does(
         posted = post(live.url, "issues", body, delivery="d-fast")
         assert posted.status_code == 200
         assert posted.headers["content-type"] == "application/json"
-        assert posted.json() == {"delivery": "d-fast", "duplicate": False, "queued": True}
+        assert posted.json() == {
+            "delivery": "d-fast",
+            "duplicate": False,
+            "queued": True,
+            "events": None,
+        }
         assert [e.event.id for e in events_in(live)] == ["d-fast"]
 
 
