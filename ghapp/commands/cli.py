@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # the commands import what they use: --help and status start 
     from ghapp.commands.home import Home
     from ghapp.commands.show import Out
     from kernel.model import Event
-    from kernel.records import Card, Turn
+    from kernel.records import Card, Matter, Turn
 
 # The commands that start alone, not through the parser below: name -> ("module:function",
 # what ``autoloop --help`` says of it without importing it). Each function takes the
@@ -355,12 +355,13 @@ def why_trail(store: Any, turn_id: str) -> dict[str, Any] | None:
     """The trail of one turn as data: rules version, events, claim, agent, receipt, cards."""
     from kernel.codec import to_data  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
     from kernel.facts import EventRecorded  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
-    from kernel.records import Card, EventRow, Turn  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+    from kernel.records import Card, EventRow, Matter, Turn  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
 
     with store.read() as tx:
         turn = tx.get("turn", turn_id)
         if not isinstance(turn, Turn):
             return None
+        matter = tx.get("matter", turn.matter)
         events = [tx.get("event", f"{s:012d}") for s in turn.events]
         cards = [tx.get("card", c) for c in turn.cards]
         actions = [tx.get("action", a) for a in turn.actions]
@@ -420,7 +421,18 @@ def why_trail(store: Any, turn_id: str) -> dict[str, Any] | None:
         "error": turn.error,
         "refused_receipts": list(turn.refused),
         "ended_at": turn.ended_at,
+        # its events wait for a retry (after its rule's backoff): from then, or now ("")
+        "retry_at": _retry_of(turn, matter) if isinstance(matter, Matter) else None,
     }
+
+
+def _retry_of(turn: Turn, m: Matter) -> str | None:
+    """When the retry of a failed turn, still to run, may start ("" at once); None when
+    none waits (it ran, or none is left)."""
+    waits = turn.state == "failed" and not m.running and bool(m.retry or m.repair)
+    if not waits or (turn.events and not set(turn.events) <= set(m.retry)):
+        return None
+    return m.retry_after
 
 
 def why_lines(store: Any, turn_id: str) -> list[str]:
@@ -455,6 +467,9 @@ def why_lines(store: Any, turn_id: str) -> list[str]:
         out.append(f"  refused receipt: {r}")
     err = f": {t['error']}" if t["error"] else ""
     out.append(f"  outcome: {t['outcome']}{err}")
+    if t["retry_at"] is not None:
+        when = f"from {t['retry_at']} (its rule's retry_backoff_s)" if t["retry_at"] else "now"
+        out.append(f"  its events run again in a retry {when}")
     return out
 
 

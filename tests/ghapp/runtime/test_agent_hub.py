@@ -135,6 +135,10 @@ def test_a_failed_turn_is_retried_after_its_backoff_and_drain_says_when(home: Ho
     (matter,) = home.status()["matters"]
     assert (matter["state"], matter["retry_after"]) == ("waiting", early["retry_at"])
     assert f"matter {matter['id']}: a failed turn is retried from " in home.run("status").stdout
+    assert home.json("why", "t1")["retry_at"] == early["retry_at"]
+    assert (
+        f"its events run again in a retry from {early['retry_at']}" in home.run("why", "t1").stdout
+    )
     time.sleep(max(0.0, 2.1 - (time.monotonic() - failed_at)))
     assert "< turn t2 done: ok" in home.run("drain").stdout  # (the agent works again)
     turns = home.status()["turns"]
@@ -142,6 +146,7 @@ def test_a_failed_turn_is_retried_after_its_backoff_and_drain_says_when(home: Ho
     assert turns[1]["resume"] == turns[0]["agent_session"]  # in the same session
     assert home.json("drain")["retry_at"] is None
     assert home.status()["matters"][0]["retry_after"] == ""
+    assert home.json("why", "t1")["retry_at"] is None  # its retry ran
 
 
 @pytest.mark.parametrize("use", CLIS)
