@@ -475,6 +475,27 @@ def test_a_failed_turn_is_retried_in_the_same_job_after_its_backoff(runner: Runn
     assert annotations(ran.stdout, "warning") == ["::warning::turn t1 failed: failed"]
 
 
+def test_a_retry_due_past_what_a_job_waits_is_a_warning_not_a_wait(runner: Runner) -> None:
+    r = runner
+    agent = r.tmp / "fails_once.py"
+    agent.write_text(FAILS_ONCE)
+    rules = json.loads(json.dumps(RULES))
+    rules["agents"]["demo"] = {
+        "use": "command",
+        "command": [sys.executable, str(agent), str(r.tmp / "mark")],
+    }
+    rules["rules"][0]["retry_backoff_s"] = 3600
+    (r.workspace / ".github" / "autoloop" / "rules.json").write_text(json.dumps(rules))
+    number = r.gh.world.open_issue("reader", "Agent down for an hour")
+    started = time.monotonic()
+    ran = r.run("issues", r.issue_opened(number), run_id=7101)
+    assert time.monotonic() - started < 60  # the job did not sit out the hour
+    assert ran.code == 0, ran.stdout + ran.stderr
+    assert "turn t2" not in ran.stdout
+    (late,) = [w for w in annotations(ran.stdout, "warning") if "retry is due" in w]
+    assert "past what a job waits (300 s)" in late and "retry_backoff_s" in late
+
+
 def test_a_broken_rules_file_is_named_in_the_error(runner: Runner) -> None:
     r = runner
     rules = r.workspace / ".github" / "autoloop" / "rules.json"
