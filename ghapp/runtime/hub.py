@@ -283,17 +283,15 @@ class Hub:
 
     def runnable(self, worker: str = "local") -> list[Matter]:
         """The matters ``worker`` may start a turn of now; :attr:`retry_at` becomes the
-        earliest instant one waits for (the backoff after a failed turn), or None."""
+        earliest instant one of its matters waits for (the backoff after a failed turn),
+        or None."""
         rules = self.rules()
         with self.store.read() as tx:
             ms = [m for m in tx.query("matter", states=["runnable"]) if isinstance(m, Matter)]
         now = iso(self.clock())
-        later = [m.retry_after for m in ms if m.retry_after > now]
-        self.retry_at = parse_instant(min(later)) if later else None
+        later: list[str] = []
         out = []
         for m in ms:
-            if m.retry_after > now:
-                continue
             rule = rules.rule(m.rule)
             if rule is None:
                 if m.id not in self._orphans_told:  # once a process, not every pass
@@ -306,8 +304,13 @@ class Hub:
                 continue
             spec = rules.agents.get(rule.agent)
             want = spec.worker if spec else "any"
-            if want in ("any", worker) or worker == "*":
+            if not (want in ("any", worker) or worker == "*"):
+                continue  # another worker's (nor its retry's time this one's to wake for)
+            if m.retry_after > now:
+                later.append(m.retry_after)
+            else:
                 out.append(m)
+        self.retry_at = parse_instant(min(later)) if later else None
         # The oldest waiting first (a retry or a repair before any), not by name: a
         # matter named late in the alphabet waited behind every newer one.
         out.sort(key=lambda m: (m.since if m.waiting and not (m.retry or m.repair) else 0, m.id))

@@ -5,16 +5,22 @@ tick is too old."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ghapp.runtime.hub import Hub
 from ghapp.runtime.worker import MIN_SLEEP_S, WorkerLoop
+from ghapp.store.sqlite import SqliteStore
+from kernel import inputs as k
+from kernel.model import AgentSpec
+from tests.kernel.helpers import ev, rule, rules_of
 
 T0 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
 
@@ -263,3 +269,43 @@ def test_a_second_signal_during_the_rest_of_the_stop_is_not_lost() -> None:
     finally:
         for sig, handler in kept.items():
             signal.signal(sig, handler)
+
+
+def test_runnable_leaves_a_matter_backing_off_and_names_when_only_for_its_worker(
+    tmp_path: Path,
+) -> None:
+    """A matter whose failed turn waits out its backoff is not offered to claim; the
+    hub says when (the worker sleeps until then), but not to a worker that would not
+    take it: the Action's job waited for another worker's retry."""
+    rules = dataclasses.replace(
+        rules_of(rule("mine", retry_backoff_s=30), rule("theirs", retry_backoff_s=10)),
+        agents={
+            "a": AgentSpec(name="a", use="command", command=("true",)),
+            "b": AgentSpec(name="b", use="command", command=("true",), worker="gpu"),
+        },
+    )
+    rules = dataclasses.replace(
+        rules, rules=(rules.rules[0], dataclasses.replace(rules.rules[1], agent="b"))
+    )
+    now = [T0]
+    store = SqliteStore(f"sqlite:///{tmp_path / 'ledger.db'}")
+    hub = Hub(home=tmp_path, store=store, rules=lambda: rules, clock=lambda: now[0], agent_for=str)
+    try:
+        hub.ledger.decide(k.Ingest(event=ev("1")))  # to both rules' matters
+        failed = k.AgentOutcome(started=True, ok=False, error="rate limited")
+        for matter, worker in (("mine", "local"), ("theirs", "gpu")):
+            turn = hub.claim(matter, worker)
+            assert turn is not None
+            hub.ledger.decide(k.Finish(turn=turn.id, fence=turn.fence, outcome=failed))
+        assert hub.runnable("local") == [] and hub.retry_at == T0 + timedelta(seconds=30)
+        assert hub.runnable("gpu") == [] and hub.retry_at == T0 + timedelta(seconds=10)
+        assert hub.next_wake() == T0 + timedelta(seconds=10)
+        now[0] = T0 + timedelta(seconds=10)
+        # (an agent of worker "any" runs on the gpu worker too: its retry is one to wait for)
+        assert [m.id for m in hub.runnable("gpu")] == ["theirs"]
+        assert hub.retry_at == T0 + timedelta(seconds=30)
+        assert hub.runnable("local") == [] and hub.retry_at == T0 + timedelta(seconds=30)
+        now[0] = T0 + timedelta(seconds=30)
+        assert [m.id for m in hub.runnable("local")] == ["mine"] and hub.retry_at is None
+    finally:
+        store.close()
