@@ -239,6 +239,7 @@ def _turn_line(turn: Turn) -> str:
 
 def cmd_drain(args: argparse.Namespace) -> int:
     from ghapp.commands.show import Out  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
+    from kernel.durations import iso  # noqa: PLC0415  # imported late: only this path needs it, and start-up stays fast
 
     ctx = _open(writes=True)
     quiet = args.json
@@ -282,7 +283,7 @@ def cmd_drain(args: argparse.Namespace) -> int:
     retry_at = report.retry_at
     if args.json:
         data: dict[str, Any] = {"turns": report.turns, "timers_fired": report.timers}
-        data["retry_at"] = retry_at.isoformat() if retry_at else None
+        data["retry_at"] = iso(retry_at) if retry_at else None  # as status and why write it
         _print_json(data)
     elif retry_at is not None:
         out.line(_retry_line(retry_at, hub.clock()))

@@ -24,7 +24,7 @@ import os
 import sys
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -470,8 +470,11 @@ def show(data: Mapping[str, Any], out: Out) -> None:
         )
     for m in data["matters"]:
         if m["state"] == "waiting" and m.get("retry_after"):
+            # (the ledger's instants are fixed-width UTC: they compare as text)
+            now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f+00:00")
+            due = "is due since" if m["retry_after"] <= now else "waits until"
             out.line(
-                f"  matter {m['id']}: a failed turn is retried from "
+                f"  matter {m['id']}: a failed turn's retry {due} "
                 f"{_short_time(m['retry_after'])} (its rule's retry_backoff_s)"
             )
         if m["state"] == "waiting" and m.get("worker", "any") != "any":

@@ -512,24 +512,26 @@ class Hub:
         waiting: Callable[[datetime], None] | None = None,
     ) -> DrainReport:
         """Run hub and worker here until nothing is runnable now. ``wait_retries_s``: also
-        wait for the retries of failed turns that come within that long (a run whose
-        ledger does not outlive it), calling ``waiting`` with the time of each first; the
-        report's ``retry_at`` names the one not waited for."""
+        wait for the retries of failed turns, as long as the waits add up to no more than
+        that (a run whose ledger does not outlive it; the time the turns run is not
+        counted), calling ``waiting`` with the time of each first; the report's
+        ``retry_at`` names the one not waited for."""
         report = DrainReport()
         self.take_back()
         self.sweep_cards()
         self.sweep_actions()
-        until = time.monotonic() + wait_retries_s
+        left_s = wait_retries_s
         while len(report.turns) < max_turns:
             report.timers += self.tick()
             ms = self.runnable(worker)
             report.retry_at = self.retry_at
             if not ms and self.retry_at is not None:
-                wait = (self.retry_at - self.clock()).total_seconds()
-                if time.monotonic() + wait <= until:
+                wait = max(0.0, (self.retry_at - self.clock()).total_seconds()) + 0.01
+                if wait <= left_s:
                     if waiting is not None:
                         waiting(self.retry_at)
-                    time.sleep(max(0.0, wait) + 0.01)
+                    time.sleep(wait)
+                    left_s -= wait
                     continue
             if not ms:
                 break

@@ -134,7 +134,7 @@ def test_a_failed_turn_is_retried_after_its_backoff_and_drain_says_when(home: Ho
     assert len(home.recorded()) == 1
     (matter,) = home.status()["matters"]
     assert (matter["state"], matter["retry_after"]) == ("waiting", early["retry_at"])
-    assert f"matter {matter['id']}: a failed turn is retried from " in home.run("status").stdout
+    assert f"matter {matter['id']}: a failed turn's retry waits until " in home.run("status").stdout
     assert home.json("why", "t1")["retry_at"] == early["retry_at"]
     assert (
         f"its events run again in a retry from {early['retry_at']}" in home.run("why", "t1").stdout

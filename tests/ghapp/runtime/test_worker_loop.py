@@ -309,3 +309,34 @@ def test_runnable_leaves_a_matter_backing_off_and_names_when_only_for_its_worker
         assert [m.id for m in hub.runnable("local")] == ["mine"] and hub.retry_at is None
     finally:
         store.close()
+
+
+class SlowlyFailingHub(Hub):
+    """A hub whose agent works a while, then fails (a real one: minutes)."""
+
+    def run(self, turn: Any, **kw: Any) -> Any:
+        time.sleep(1.2)
+        failed = k.AgentOutcome(started=True, ok=False, error="overloaded")
+        return self.ledger.decide(k.Finish(turn=turn.id, fence=turn.fence, outcome=failed))
+
+
+def test_a_drain_that_waits_for_retries_counts_its_waits_not_the_turns(tmp_path: Path) -> None:
+    """The Action's job (300 s of waiting) skipped the retry of any turn whose agent had
+    run longer than that: the time the turn ran was counted as waiting."""
+    rules = rules_of(rule("r", retry_backoff_s=1, max_retries=1))
+    store = SqliteStore(f"sqlite:///{tmp_path / 'ledger.db'}")
+    hub = SlowlyFailingHub(
+        home=tmp_path, store=store, rules=lambda: rules, clock=lambda: datetime.now(UTC),
+        agent_for=str,
+    )  # fmt: skip
+    try:
+        hub.ledger.decide(k.Ingest(event=ev("1")))
+        waited: list[datetime] = []
+        report = hub.drain(wait_retries_s=1.5, waiting=waited.append)
+        assert report.turns == ["t1", "t2"]  # the retry ran, after its 1 s
+        assert len(waited) == 1 and report.retry_at is None
+        hub.ledger.decide(k.Ingest(event=ev("2")))
+        report = hub.drain(wait_retries_s=0.5)  # a wait longer than allowed: left, and said
+        assert report.turns == ["t3"] and report.retry_at is not None
+    finally:
+        store.close()
