@@ -241,6 +241,9 @@ class Hub:
         self._usage_lock = threading.Lock()
         self.wake_at: datetime | None = None  # when the last tick asked for the next one
         self.retry_at: datetime | None = None  # the next retry after a failed turn's backoff
+        # turns whose agents a stop killed (a second Ctrl-C): not the agent's failure, so
+        # their retry, at the next start, waits out no backoff
+        self.stopped: set[str] = set()
         self._orphans_told: set[str] = set()  # matters said to wait for a rule that is gone
 
     # -- inputs ---------------------------------------------------------------------------
@@ -460,6 +463,8 @@ class Hub:
                 heartbeat=heartbeat,
                 heartbeat_every_s=heartbeat_every_s,
             )
+        if turn.id in self.stopped:
+            outcome = replace(outcome, backoff=False)
         finish = k.Finish(turn=turn.id, fence=turn.fence, outcome=outcome)
         try:
             out = self.ledger.decide(finish)

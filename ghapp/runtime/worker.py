@@ -128,8 +128,9 @@ class WorkerLoop:
     def stop_turns_now(self) -> list[str]:
         """Kill the agents of the turns still running (their process groups): for a
         process told twice to stop. Their claims lapse and the turns run again after the
-        next start, as after a crash."""
+        next start, as after a crash (at once: no failure of their agents')."""
         left = self.running_turns()
+        self.hub.stopped.update(left)  # their ends are no agent's failure: no backoff
         for turn_id in left:
             self.hub.stop_orphans(turn_id)
         # Their threads record each end (a failure, run again at the next start, as the

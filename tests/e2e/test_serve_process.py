@@ -222,6 +222,13 @@ def test_a_stop_says_which_turns_it_waits_for_and_a_second_one_stops_them(
         assert server.lines("stopped turn(s) t1 now")
         assert leftover_processes(agent) == []
         assert "Traceback" not in server.text()
+        # its end is no failure of the agent's: the next start retries it at once
+        status = subprocess.run(
+            [*CLI, "status", "--json"],
+            cwd=ROOT, env=server.env, capture_output=True, text=True, timeout=60, check=True,
+        )  # fmt: skip
+        (matter,) = json.loads(status.stdout)["matters"]
+        assert (matter["state"], matter["retry_after"]) == ("waiting", "")
     finally:
         server.stop()
 
