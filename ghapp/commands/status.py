@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from ghapp.commands.home_ledger import home_from_env, open_ledger, require_home
 from ghapp.runtime.days import day_bounds, review_runs, spent_between, zone
 from ghapp.runtime.rules_file import clock_from_env, rules_path
+from kernel.durations import iso
 from kernel.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -470,9 +471,8 @@ def show(data: Mapping[str, Any], out: Out) -> None:
         )
     for m in data["matters"]:
         if m["state"] == "waiting" and m.get("retry_after"):
-            # (the ledger's instants are fixed-width UTC: they compare as text)
-            now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f+00:00")
-            due = "is due since" if m["retry_after"] <= now else "waits until"
+            # (the ledger's instants, and iso's, are fixed-width UTC: they compare as text)
+            due = "is due since" if m["retry_after"] <= iso(datetime.now(UTC)) else "waits until"
             out.line(
                 f"  matter {m['id']}: a failed turn's retry {due} "
                 f"{_short_time(m['retry_after'])} (its rule's retry_backoff_s)"

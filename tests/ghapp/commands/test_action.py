@@ -24,6 +24,7 @@ from tests.action_runner import (
     BOT,
     RULES,
     WEBHOOKS,
+    Ran,
     Runner,
     annotations,
     open_and_triage,
@@ -450,10 +451,9 @@ print("looked at it")
 """
 
 
-def test_a_failed_turn_is_retried_in_the_same_job_after_its_backoff(runner: Runner) -> None:
-    """The ledger of a job on a hosted runner ends with the job: a retry left for later
-    would never run, so the job waits out the backoff and runs it."""
-    r = runner
+def failing_once_job(r: Runner, backoff_s: int, title: str, run_id: int) -> tuple[Ran, float]:
+    """A job whose agent fails its first turn, under a rule with ``retry_backoff_s``;
+    what it printed, and how long it took (s)."""
     agent = r.tmp / "fails_once.py"
     agent.write_text(FAILS_ONCE)
     rules = json.loads(json.dumps(RULES))
@@ -461,12 +461,18 @@ def test_a_failed_turn_is_retried_in_the_same_job_after_its_backoff(runner: Runn
         "use": "command",
         "command": [sys.executable, str(agent), str(r.tmp / "mark")],
     }
-    rules["rules"][0]["retry_backoff_s"] = 2
+    rules["rules"][0]["retry_backoff_s"] = backoff_s
     (r.workspace / ".github" / "autoloop" / "rules.json").write_text(json.dumps(rules))
-    number = r.gh.world.open_issue("reader", "Flaky agent")
+    number = r.gh.world.open_issue("reader", title)
     started = time.monotonic()
-    ran = r.run("issues", r.issue_opened(number), run_id=7100)
-    took = time.monotonic() - started
+    ran = r.run("issues", r.issue_opened(number), run_id=run_id)
+    return ran, time.monotonic() - started
+
+
+def test_a_failed_turn_is_retried_in_the_same_job_after_its_backoff(runner: Runner) -> None:
+    """The ledger of a job on a hosted runner ends with the job: a retry left for later
+    would never run, so the job waits out the backoff and runs it."""
+    ran, took = failing_once_job(runner, 2, "Flaky agent", 7100)
     assert ran.code == 0, ran.stdout + ran.stderr
     assert "turn t1 failed: failed: " in ran.stdout
     assert "a failed turn is retried at " in ran.stdout
@@ -476,20 +482,8 @@ def test_a_failed_turn_is_retried_in_the_same_job_after_its_backoff(runner: Runn
 
 
 def test_a_retry_due_past_what_a_job_waits_is_a_warning_not_a_wait(runner: Runner) -> None:
-    r = runner
-    agent = r.tmp / "fails_once.py"
-    agent.write_text(FAILS_ONCE)
-    rules = json.loads(json.dumps(RULES))
-    rules["agents"]["demo"] = {
-        "use": "command",
-        "command": [sys.executable, str(agent), str(r.tmp / "mark")],
-    }
-    rules["rules"][0]["retry_backoff_s"] = 3600
-    (r.workspace / ".github" / "autoloop" / "rules.json").write_text(json.dumps(rules))
-    number = r.gh.world.open_issue("reader", "Agent down for an hour")
-    started = time.monotonic()
-    ran = r.run("issues", r.issue_opened(number), run_id=7101)
-    assert time.monotonic() - started < 60  # the job did not sit out the hour
+    ran, took = failing_once_job(runner, 3600, "Agent down for an hour", 7101)
+    assert took < 60  # the job did not sit out the hour
     assert ran.code == 0, ran.stdout + ran.stderr
     assert "turn t2" not in ran.stdout
     (late,) = [w for w in annotations(ran.stdout, "warning") if "retry is due" in w]
