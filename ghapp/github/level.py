@@ -323,7 +323,7 @@ class LevelDeliveries:
             mode = "review"
         else:
             return None
-        run, seq = 1, 0
+        run, seq, cards = 1, 0, 0
         if ended is not None:
             # A delivery that ended (delivered, cancelled, a person's "stop") starts again
             # only on a label event made after its end was shown, never on a re-run of an
@@ -336,6 +336,10 @@ class LevelDeliveries:
             if added_after(relabeled[t.number], ended_at) is False:
                 return None
             run, seq = ended.delivery.run + 1, ended.seq
+            # Card names go on from the ended run's (d2 after d1): an answer to its card
+            # (``/answer d1 2``, "stop") was taken by the new run's d1 within the clocks'
+            # slack, and stopped the delivery a person had just started again.
+            cards = ended.delivery.cards
         seq = max(seq, shown)
         label = labels.deliver if mode == "deliver" else labels.review
         # the event's sender added this label only if the event is about this label
@@ -359,7 +363,7 @@ class LevelDeliveries:
         )
         # The progress seq goes on from what the pull request shows, so that the new
         # run's progress is never taken for an older one.
-        delivery = replace(delivery, progress_seq=seq)
+        delivery = replace(delivery, progress_seq=seq, cards=cards)
         return Work(delivery, [], None, old="", seq=seq)
 
 

@@ -2,8 +2,9 @@
 
 A run that keeps no ledger cannot keep a card either, so the card of a blocked delivery
 (:mod:`ghapp.github.level`) lives where people see it: the sticky comment names it
-``d<n>`` (the delivery's n-th card in its current run) and lists its options. Its answer
-is the first comment on the pull request with a line ``/answer d<n> <choice>``
+``d<n>`` (the n-th card of the pull request's deliveries: a new run goes on counting)
+and lists its options. Its answer is the first comment on the pull request with a line
+``/answer d<n> <choice>``
 
 - written after the card was raised (give or take :data:`ANSWER_SLACK` of clock
   difference between the runner and GitHub), so an answer to an earlier card of the

@@ -764,3 +764,38 @@ def test_a_token_without_the_checks_permission_is_named_in_the_error(runner: Run
     (error,) = [e for e in annotations(ran.stdout, "error") if "check-runs" in e]
     assert "403" in error
     assert error.endswith("the job's token (or the App) needs checks: read")
+
+
+def test_an_answer_to_a_card_of_an_ended_run_is_not_taken_by_the_next_runs_card(
+    runner: Runner,
+) -> None:
+    """A maintainer stops a delivery on its card (``/answer d1 2``), then labels the pull
+    request again: the new run's card was named d1 too, and any later run took the old
+    answer, within the clocks' slack, for it and cancelled the delivery again. Card
+    names go on counting across the runs of a pull request's deliveries."""
+    r = runner
+    blocked = reviewed_by(r, "missing", [str(r.tmp / "no-such-agent")], 9311)
+    assert blocked.outputs["stage"] == "blocked"
+    (number,) = {int(n) for n in re.findall(r"#(\d+)", blocked.stdout)}
+    stop = pull_comment(r, "maintainer", number, "/answer d1 2")
+    stopped = ok(r.run("issue_comment", stop, run_id=9312, AUTOLOOP_MODE="deliver"))
+    assert stopped.outputs["stage"] == "cancelled", stopped.stdout
+
+    time.sleep(1.1)  # the label comes back in a later second than the end was shown
+    world = r.gh.world
+    world.remove_label("maintainer", number, "deliver-review")
+    world.add_label("maintainer", number, "deliver-review")
+    again = r.pull_labeled(number, "deliver-review", "maintainer")
+    restarted = ok(r.run("pull_request", again, run_id=9313, AUTOLOOP_MODE="deliver"))
+    assert restarted.outputs["stage"] == "blocked", restarted.stdout
+    (comment,) = sticky(r, number)
+    state = decode_state(comment["body"])
+    assert state is not None and (state["run"], state["cards"]) == (2, 2)
+    assert "`/answer d2 2`" in comment["body"]
+
+    later_run = ok(r.run("schedule", r.schedule(), run_id=9314, AUTOLOOP_MODE="deliver"))
+    assert f"#{number}: still blocked" in later_run.stdout, later_run.stdout
+    assert "/answer d1 2 by maintainer" not in later_run.stdout
+    assert stage_shown(r, number) == "blocked"
+    # the old answer was the first run's, taken by it: no reply says it was not taken
+    assert not [c for c in r.comments(number) if "was not taken" in c["body"]]
