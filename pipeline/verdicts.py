@@ -275,6 +275,7 @@ class VersionVerdict:
     streak: int = 0  # matching answers in a row, up to the last one
     flaps: int = 0  # times a matching answer was followed by a different commit
     last: str | None = None  # the commit the last answer reported
+    error: str = ""  # why the newest probe got no answer ("" when it got one)
 
 
 def version_verdict(
@@ -291,11 +292,13 @@ def version_verdict(
             seen[obs.attempt] = obs
     streak = flaps = 0
     last: str | None = None
+    error = ""
     for attempt in sorted(seen):
         obs = seen[attempt]
         if obs.sha is None:
+            error = obs.error or "no answer"
             continue
-        last = obs.sha
+        last, error = obs.sha, ""
         if obs.matches:
             streak += 1
         else:
@@ -305,4 +308,4 @@ def version_verdict(
     if streak >= needed:
         return VersionVerdict(kind="live", streak=streak, flaps=flaps, last=last)
     kind: Literal["waiting", "flapping"] = "flapping" if flaps else "waiting"
-    return VersionVerdict(kind=kind, streak=streak, flaps=flaps, last=last)
+    return VersionVerdict(kind=kind, streak=streak, flaps=flaps, last=last, error=error)

@@ -10,7 +10,7 @@ from kernel.durations import iso
 from pipeline.context import Ctx, in_a_row, instant, probe_delay, short, span, times
 from pipeline.effects import ProbeVersion
 from pipeline.stages import Outcome
-from pipeline.verdicts import deployment_verdict, version_verdict
+from pipeline.verdicts import VersionVerdict, deployment_verdict, version_verdict
 
 __all__ = ["deployment", "live_version"]
 
@@ -54,6 +54,12 @@ def deployment(ctx: Ctx) -> Outcome:
     return "waiting"
 
 
+def failed_probe(verdict: VersionVerdict) -> str:
+    """Why the newest probe got no answer, for the wait and the card: a wrong
+    ``version_url`` or ``version_field`` is told from a slow rollout ("" when it got one)."""
+    return f"; its last answer: {verdict.error}" if verdict.error else ""
+
+
 def live_version(ctx: Ctx) -> Outcome:
     d, pr, deploy = ctx.d, ctx.pr, ctx.policy.deploy
     if deploy is None or not deploy.version_url:
@@ -69,7 +75,7 @@ def live_version(ctx: Ctx) -> Outcome:
             f"it flapped {times(verdict.flaps)}, last reporting {verdict.last}"
             if verdict.kind == "flapping"
             else f"it last reported {verdict.last or 'nothing'}"
-        )
+        ) + failed_probe(verdict)
         ctx.raise_card(
             "version_timeout",
             f"{pr.repo}#{pr.number} is not live",
@@ -94,6 +100,7 @@ def live_version(ctx: Ctx) -> Outcome:
         ctx.set(probe_attempt=attempt, next_probe_at=iso(due))
     what = (
         f"{deploy.version_url} to report {short(d.merge_sha)} ({verdict.streak}/{deploy.matches})"
+        + failed_probe(verdict)
     )
     ctx.wait("timer", what, min(due, deadline) if deadline is not None else due)
     return "waiting"

@@ -194,6 +194,24 @@ def test_a_version_that_never_matches_raises_a_card_at_the_deadline() -> None:
     assert "it last reported " + H2 in card.text
 
 
+def test_a_probe_that_keeps_failing_says_why_while_waiting_and_on_its_card() -> None:
+    """A wrong version_url or version_field failed every probe: the comment said only
+    "(0/2)" and, an hour later, the card "it last reported nothing", never what to fix."""
+    drive = merged_pr()
+    drive(after(deployments=deployed()), 1)
+    failing = drive(after(deployments=deployed(), versions=(seen(1, None, 1.05),)), 1.1)
+    (progress,) = of(failing, Progress)
+    said = "(0/2); its last answer: 503 Service Unavailable."
+    assert said in progress.comment_body, progress.comment_body
+    # an answer after a failed one: the error is no longer the news
+    good = drive(after(deployments=deployed(), versions=(seen(1, None), seen(2, H2))), 1.2)
+    assert "its last answer" not in of(good, Progress)[0].comment_body
+    failed = (seen(1, None), seen(2, H2), seen(3, None))
+    step = drive(after(deployments=deployed(), versions=failed), 61)
+    (card,) = of(step, RaiseCard)
+    assert f"it last reported {H2}; its last answer: 503 Service Unavailable" in card.text
+
+
 def test_flapping_past_the_deadline_raises_a_card() -> None:
     drive = merged_pr()
     drive(after(deployments=deployed()), 1)
