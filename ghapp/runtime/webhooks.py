@@ -10,16 +10,19 @@ body under a new delivery id is a replay), :func:`inputs_for` makes the events a
 
 Both readers take the same bodies (a property test holds them to it): a body the check's
 shallow pass refuses is decoded in full to be sure (a bad body costs twice, a good one
-once), and ``orjson`` refuses a number too large for a double (``1e400``), which the
-shallow pass lets through: such a body is decoded by the standard library's parser
-instead, its number read as infinity.
+once), and ``orjson`` refuses a number too large for a double (``1e400``) and nesting
+past 1,024 levels, which the shallow pass lets through: such a body is decoded by the
+standard library's parser instead, its number read as infinity (or by a parser without
+recursion, past the depth the standard library's goes).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sys
+from _json import scanstring  # the json module's own, in C
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -69,57 +72,176 @@ def webhook_payload(body: bytes, *, form: bool) -> dict[str, Any]:
 
 def _decode_rest(raw: str | bytes, *, form: bool) -> Any:
     """What ``orjson`` refused: valid JSON with a number beyond a double's range (read as
-    infinity) or an escaped lone surrogate (made U+FFFD), read by the standard library;
-    anything else is not JSON.
+    infinity), an integer of more than 4,300 digits (read as a float: infinity), an
+    escaped lone surrogate (made U+FFFD) or more than 1,024 levels of nesting, read by
+    the standard library (or, nested past what its recursion allows, by
+    :func:`_parse_any_depth`); anything else is not JSON.
 
-    The check at the ack (:func:`check_json_object`) takes a document nested up to about
-    1,000 levels, and this must take every one it takes: a delivery acknowledged and
-    then refused here was dropped. The standard library's parser counts its levels
-    against the interpreter's recursion limit (1,000 by default, the caller's frames
-    included), so that limit is raised for the process when this module loads, and a
-    document nested deeper than :data:`MAX_NESTING` is refused by count, on every stack
-    alike."""
+    The check at the ack (:func:`check_json_object`) takes every valid JSON object, and
+    this must take every one it takes: a delivery acknowledged and then refused here was
+    dropped (it was, for an integer of 4,301 digits and for 1,100 to 4,000 levels of
+    nesting). A value nested deeper than :data:`MAX_NESTING` levels is read as null,
+    whichever parser read it (GitHub's payloads nest a few levels; only a made-up body
+    gets there), so that nothing after it (the translator, the redactor) recurses that
+    deep."""
     try:
-        return _mend(json.loads(raw, parse_constant=_no_constant))
-    except (ValueError, RecursionError):  # UnicodeDecodeError included; nested too deep
+        try:
+            value = json.loads(raw, parse_constant=_no_constant, parse_int=_int)
+        except RecursionError:
+            text = raw.decode(json.detect_encoding(raw), "surrogatepass") if isinstance(
+                raw, bytes
+            ) else raw  # fmt: skip
+            value = _parse_any_depth(text)
+        return _mend(value)
+    except ValueError:  # UnicodeDecodeError included
         what = "the payload field" if form else "body"
         raise BadBody(f"{what} is not JSON: send application/json payloads") from None
 
 
 RECURSION_LIMIT = 4_000
-MAX_NESTING = 1_100  # past what the check's shallow pass (1,000) and orjson (1,024) take
+MAX_NESTING = 1_100  # levels kept; deeper values are read as null (see _decode_rest)
+INT_DIGITS = 4_300  # Python's limit on the digits of an int read from text
 # Raised when the module loads, before any request (see _decode_rest): only ever raised,
 # and Python code in this process recurses nowhere near it.
 if sys.getrecursionlimit() < RECURSION_LIMIT:
     sys.setrecursionlimit(RECURSION_LIMIT)
 
 
+def _int(text: str) -> int | float:
+    """A JSON integer; past Python's limit on digits, a float (infinity), as a number
+    beyond a double's range is."""
+    return int(text) if len(text) <= INT_DIGITS else float(text)
+
+
+_WS = re.compile(r"[ \t\n\r]*")
+_NUMBER = re.compile(r"(-?(?:0|[1-9]\d*))(\.\d+)?([eE][-+]?\d+)?")  # JSON's, as the json module's
+_WORDS = (("true", True), ("false", False), ("null", None))
+
+
+def _parse_any_depth(text: str) -> Any:
+    """``text``'s JSON value as ``json.loads`` reads it (strict strings, no NaN or
+    Infinity, integers by :func:`_int`), without recursion, so at any depth. Containers
+    nested deeper than :data:`MAX_NESTING` levels are checked but not built (read as
+    null): a body of 25 MB of ``[`` builds no more than that many levels."""
+    n = len(text)
+
+    def ws(at: int) -> int:  # past the whitespace at ``at``
+        found = _WS.match(text, at)
+        return found.end() if found is not None else at
+
+    built: list[list[Any]] = []  # [container, the key its next value goes under]
+    deep = bytearray()  # the kinds ("[" or "{") of the levels past MAX_NESTING
+
+    def key_at(i: int) -> tuple[str, int]:
+        if i >= n or text[i] != '"':
+            raise ValueError(f"a key was expected at {i}")
+        key, i = scanstring(text, i + 1, True)
+        i = ws(i)
+        if i >= n or text[i] != ":":
+            raise ValueError(f"':' was expected at {i}")
+        return key, ws(i + 1)
+
+    i = ws(0)
+    while True:
+        if i >= n:  # a value starts here
+            raise ValueError("a value was expected at the end")
+        c = text[i]
+        value: Any
+        if c in "[{":
+            close = "]" if c == "[" else "}"
+            j = ws(i + 1)
+            shallow = not deep and len(built) < MAX_NESTING
+            if j < n and text[j] == close:
+                value, i = ([] if c == "[" else {}) if shallow else None, j + 1
+            else:
+                if shallow:
+                    built.append([[] if c == "[" else {}, ""])
+                else:
+                    deep.append(ord(c))
+                i = j
+                if c == "{":
+                    k_, i = key_at(i)
+                    if not deep:
+                        built[-1][1] = k_
+                continue
+        elif c == '"':
+            value, i = scanstring(text, i + 1, True)
+        elif found := _NUMBER.match(text, i):
+            whole, frac, exp = found.groups()
+            value = float(whole + (frac or "") + (exp or "")) if frac or exp else _int(whole)
+            i = found.end()
+        else:
+            for word, meant in _WORDS:
+                if text.startswith(word, i):
+                    value, i = meant, i + len(word)
+                    break
+            else:
+                raise ValueError(f"a value was expected at {i}")
+        while True:  # a value ended at i: it goes into its container, which may end too
+            i = ws(i)
+            if not deep and not built:
+                if i != n:
+                    raise ValueError(f"extra data at {i}")
+                return value
+            kind = chr(deep[-1]) if deep else "[" if isinstance(built[-1][0], list) else "{"
+            if not deep:
+                top = built[-1]
+                if kind == "[":
+                    top[0].append(value)
+                else:
+                    top[0][top[1]] = value
+            if i < n and text[i] == ",":
+                i = ws(i + 1)
+                if kind == "{":
+                    k_, i = key_at(i)
+                    if not deep:
+                        built[-1][1] = k_
+                break
+            if i < n and text[i] == ("]" if kind == "[" else "}"):
+                i += 1
+                if deep:
+                    deep.pop()
+                    value = None
+                else:
+                    value = built.pop()[0]
+                continue
+            raise ValueError(f"',' or the container's end was expected at {i}")
+
+
 def _mend(value: Any) -> Any:
     """``value`` (fresh from the parser: changed in place) with every lone surrogate in
-    its strings, keys too, made U+FFFD. JSON may escape one (``"\\ud800"``), and the
-    standard library takes it, but no ledger stores it: the delivery's record stayed in
-    the inbox, tried again and again, and held back every delivery after it. A valid
-    pair is one character already, kept. Walks without recursion."""
+    its strings, keys too, made U+FFFD, and every container nested deeper than
+    :data:`MAX_NESTING` levels made null. JSON may escape a lone surrogate
+    (``"\\ud800"``), and the standard library takes it, but no ledger stores it: the
+    delivery's record stayed in the inbox, tried again and again, and held back every
+    delivery after it. A valid pair is one character already, kept. Walks without
+    recursion."""
     if isinstance(value, str):
         return mended_text(value)
     stack = [(value, 1)]
     while stack:
         item, depth = stack.pop()
-        if depth > MAX_NESTING:  # the same verdict whatever the caller's stack holds
-            raise ValueError(f"nested deeper than {MAX_NESTING} levels")
+        inner = depth < MAX_NESTING  # its containers are kept
         if isinstance(item, dict):
             pairs = list(item.items())
             item.clear()
             for k_, v in pairs:
+                kept = v
                 if isinstance(v, dict | list):
-                    stack.append((v, depth + 1))
-                item[mended_text(k_)] = mended_text(v) if isinstance(v, str) else v
+                    if inner:
+                        stack.append((v, depth + 1))
+                    else:
+                        kept = None
+                item[mended_text(k_)] = mended_text(v) if isinstance(v, str) else kept
         elif isinstance(item, list):
             for i, v in enumerate(item):
                 if isinstance(v, str):
                     item[i] = mended_text(v)
                 elif isinstance(v, dict | list):
-                    stack.append((v, depth + 1))
+                    if not inner:
+                        item[i] = None
+                    else:
+                        stack.append((v, depth + 1))
     return value
 
 

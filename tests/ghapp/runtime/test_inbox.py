@@ -672,6 +672,39 @@ def test_a_record_whose_body_cannot_be_read_is_recorded_as_ignored_not_dropped(
     assert held(world) == []
 
 
+def test_a_body_the_ack_takes_becomes_its_event_however_deep_or_long_its_numbers(
+    world: Ledgered,
+) -> None:
+    """Bodies the check at the ack took and the translator's decode refused: an integer of
+    4,301 digits, or nesting of 1,100 to about 4,000 levels. Each was acknowledged, then
+    recorded as ignored with its body dropped (and its redelivery was a duplicate)."""
+    extras = [
+        b"1" * 4301,
+        b"-" + b"9" * 10_000,
+        b"[" * 1100 + b"]" * 1100,
+        b"[" * 3990 + b"]" * 3990,
+        b'{"x": ' * 50_000 + b"1" + b"}" * 50_000,
+    ]
+    items = []
+    for n, extra in enumerate(extras, start=1):
+        made = delivery(n)
+        body = made.body[:-1] + b', "zen": ' + extra + b"}"
+        items.append(replace(made, delivery=f"deep-{n}", body=body, payload=None))
+    inbox = world.inbox()
+    inbox.start()
+    try:
+        assert submit_all(inbox, items) == [False] * len(items)  # acknowledged, none refused
+        assert inbox.settle(10)
+        events = world.events()
+        assert sorted(events) == [f"deep-{n}" for n in range(1, len(extras) + 1)]
+        for e in events.values():
+            assert not e.reason.startswith("not stored"), e.reason  # (no rule takes it)
+            assert e.event.type == "issues.opened"
+    finally:
+        inbox.stop()
+    assert held(world) == []
+
+
 def test_a_second_process_serving_the_same_inbox_is_refused_with_one_line(
     world: Ledgered,
 ) -> None:

@@ -15,7 +15,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ghapp.runtime.webhooks import BadBody, check_json_object, webhook_payload
+from ghapp.runtime.webhooks import (
+    MAX_NESTING,
+    BadBody,
+    _int,
+    _no_constant,
+    _parse_any_depth,
+    check_json_object,
+    webhook_payload,
+)
 from tests import paths
 
 FIXTURES = sorted((paths.ROOT / "tests" / "fixtures" / "github" / "webhooks").rglob("*.json"))
@@ -86,6 +94,17 @@ def agree(body: bytes) -> None:
             for leaf in (b"1e400", b'"\\ud800"', b"123456789012345678901234567890")
         ),
         *(b'{"a": ' + b"[" * n + b"1e400" + b"]" * n + b"}" for n in (500, 1000, 1023)),
+        # deeper than the standard library's parser goes, and deeper than the levels kept
+        # (acknowledged, then refused by the decode, these were dropped)
+        *(b'{"a": ' + b"[" * n + b"]" * n + b"}" for n in (1099, 1100, 1101, 2000, 3990, 20_000)),
+        *(b'{"a": ' + b'{"b": ' * n + b"1" + b"}" * n + b"}" for n in (1100, 3990, 20_000)),
+        b'{"a": ' + b"[" * 20_000 + b"]" * 19_999 + b"}",  # one level left open
+        b'{"a": ' + b"[" * 20_000 + b"1,]" + b"]" * 19_999 + b"}",
+        # integers past Python's 4,300 digits (read as a float: infinity)
+        b'{"a": ' + b"1" * 4300 + b"}",
+        b'{"a": ' + b"1" * 4301 + b"}",
+        b'{"a": -' + b"1" * 10_000 + b"}",
+        b'{"a": ' + b"[" * 2000 + b"1" * 5000 + b"]" * 2000 + b"}",
     ],
 )
 def test_the_check_and_the_decode_agree_on_edge_cases(body: bytes) -> None:
@@ -155,3 +174,67 @@ def test_a_lone_surrogate_is_mended_to_u_fffd_keys_too_and_a_pair_is_kept() -> N
     for _ in range(899):
         (value,) = value
     assert value == ["\ufffd"]
+
+
+def test_a_body_nested_past_the_levels_kept_reads_null_there_whichever_parser_reads_it() -> None:
+    for n in (1099, 1100, 1101, 3000, 3990, 50_000):  # json.loads up to about 3,990
+        value = webhook_payload(b'{"a": ' + b"[" * n + b"]" * n + b"}", form=False)["a"]
+        depth = 1
+        while isinstance(value, list) and value:
+            (value,) = value
+            depth += 1
+        kept = min(n, MAX_NESTING)  # the object is the first level
+        assert (depth, value) == (kept, [] if n < MAX_NESTING else None), n
+    big = webhook_payload(b'{"a": ' + b"7" * 4301 + b', "b": ' + b"7" * 4300 + b"}", form=False)
+    assert big["a"] == float("inf") and big["b"] == int("7" * 4300)
+
+
+TEXTS = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=30,
+)
+
+
+def read_both(text: str) -> tuple[object, object]:
+    """``json.loads`` and the parser without recursion, each: its value, or "refused"."""
+    out: list[object] = []
+    for parse in (
+        lambda t: json.loads(t, parse_constant=_no_constant, parse_int=_int),
+        _parse_any_depth,
+    ):
+        try:
+            out.append(parse(text))
+        except ValueError:
+            out.append("refused")
+    return out[0], out[1]
+
+
+@settings(max_examples=400, deadline=None)
+@given(TEXTS, st.sampled_from(["", " ", "\n\t", "\r "]))
+def test_the_parser_without_recursion_reads_any_json_as_json_loads_does(
+    value: object, space: str
+) -> None:
+    text = json.dumps(value, indent=space or None)
+    left, right = read_both(space + text + space)
+    assert left == right and right != "refused"
+
+
+@settings(max_examples=600, deadline=None)
+@given(
+    st.sampled_from(range(len(BODIES))),
+    st.lists(st.tuples(st.floats(0, 1, exclude_max=True), st.integers(0, 255)), max_size=4),
+)
+def test_the_parser_without_recursion_refuses_what_json_loads_refuses(
+    which: int, edits: list[tuple[float, int]]
+) -> None:
+    damaged = bytearray(BODIES[which])
+    for where, value in edits:
+        at = min(int(where * len(damaged)), len(damaged) - 1)
+        damaged[at] = EDIT_BYTES[value % len(EDIT_BYTES)]
+    left, right = read_both(bytes(damaged).decode("utf-8", "replace"))
+    assert left == right
