@@ -90,9 +90,11 @@ class CardLinks:
 
     @staticmethod
     def card_of(token: str) -> str | None:
-        """The card id a token names, not checked yet (:meth:`grant` checks it)."""
+        """The card id a token names, not checked yet (:meth:`grant` checks it): None for
+        one with a character no token has (a NUL reached PostgreSQL, which refused it)."""
         parts = token.split(".")
-        return parts[0] if len(parts) == 4 and token.isascii() else None
+        ok = len(parts) == 4 and token.isascii() and token.isprintable()
+        return parts[0] if ok else None
 
     def grant(self, token: str, opened_at: str = "") -> tuple[str, bool] | None:
         """(card id, whether the link answers) of a valid, unexpired token for the card

@@ -616,7 +616,8 @@ def create_app(server: Server) -> Starlette:
                 _unrecorded(f"the answer to card {card.id}", exc)
                 return page("<p>Your answer could not be saved; try again later.</p>", 503)
             server.wake()
-            status = 200 if out.reply.ok else 409
+            # a choice the card does not have is the sender's mistake; a card taken is not
+            status = 200 if out.reply.ok else 400 if out.reply.code == "invalid" else 409
             return page(f"<p>{html.escape(out.reply.message)}</p>", status)
         return page(render_card_page(card, answers=answers), title=card.title)
 

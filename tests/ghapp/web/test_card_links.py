@@ -85,6 +85,29 @@ def test_card_page_refuses_bad_forms_and_tokens_with_one_line(tmp_path: Path) ->
         assert isinstance(still, Card) and still.state == "open"
 
 
+def test_a_token_with_a_control_character_or_an_answer_out_of_range_is_a_4xx_on_each_ledger(
+    tmp_path: Path, ledger_env: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A NUL in a link's card id reached PostgreSQL, which holds no NUL in text: a 500
+    and a traceback, asking no valid link. A choice the card does not have was a 409, as
+    if the card were taken."""
+    with live_server(tmp_path / "h", RULES, env=ledger_env, start_worker=False) as live:
+        card = open_question(live)
+        for token in ("c1%00.x.a.y", "c1%0A.1.a.y", "c1%7F.1.a.y"):
+            for method in ("GET", "POST"):
+                resp = httpx.request(
+                    method, f"{live.url}/cards/{token}", data={"choice": "1"}, timeout=10
+                )
+                assert resp.status_code == 404, (method, token, resp.text)
+        url = links_of(live).url(card)
+        for choice in ("0", "4", "999999"):
+            resp = httpx.post(url, data={"choice": choice}, timeout=10)
+            assert resp.status_code == 400, (choice, resp.text)
+            assert "is not an option" in resp.text
+        assert httpx.post(url, data={"choice": "1"}, timeout=10).status_code == 200
+        assert not [r.getMessage() for r in caplog.records if r.exc_info or r.levelname == "ERROR"]
+
+
 def test_a_link_posted_where_anyone_reads_it_shows_the_card_and_never_answers(
     tmp_path: Path,
 ) -> None:
