@@ -85,6 +85,26 @@ def test_generic_source_takes_a_signed_event(tmp_path: Path) -> None:
         assert dict(row.event.details) == big
 
 
+def test_a_newline_in_a_source_name_or_an_event_id_stays_on_its_log_line(
+    tmp_path: Path,
+) -> None:
+    """A percent-encoded newline in the path (no secret needed) or in a signed event's id
+    began a line of the sender's own in the server's log (a forged ERROR line)."""
+    forged = "x\n2026-12-08T00:00:00.000+00:00 ERROR autoloop.inbox: FORGED\u2028LINE"
+    with live_server(tmp_path / "h", RULES, env=ENV, start_worker=False) as live, logs() as seen:
+        unknown = post_source(live, b"{}", source=forged.replace("\n", "%0A"))
+        assert unknown.status_code == 404
+        bad_id = post_source(live, json.dumps({"id": "a\nb\tc", "type": "order.paid"}).encode())
+        assert bad_id.status_code in (200, 400)
+        said = [r.getMessage() for r in seen.records if r.name == "autoloop.webhook"]
+        assert len(said) == 2, said
+        for line in said:
+            assert "\n" not in line and "\u2028" not in line and "\t" not in line, line
+        assert said[0].startswith("source x\\n2026-12-08T00:00:00.000+00:00 ERROR"), said[0]
+        assert "FORGED\\u2028LINE" in said[0]
+        assert said[1].startswith("source shop event a\\nb\\tc: "), said[1]
+
+
 def test_a_source_added_while_serving_is_logged_to_restart_and_answered_as_any_unknown(
     tmp_path: Path,
 ) -> None:
