@@ -16,6 +16,15 @@ protocol:
   connection idle the longest (no request in progress), so a new client, a webhook,
   is served rather than refused.
 
+With httptools, two more (h11 has the first of its own, at 16 KiB, and reads a body
+after an Upgrade header): a request whose line and headers pass :data:`HEAD_MAX_BYTES`
+is answered 431 and its connection closed (httptools has no such bound, and copies a
+header's value again with each read: one sender's header of megabytes held the event
+loop for seconds, and every webhook waited); and a request with an ``Upgrade`` header
+(HTTP/2's ``h2c``, as ``curl --http2`` sends) is answered 400, saying so, before the app
+sees it (httptools reads no body after one, and a signed delivery was refused as if its
+secret were wrong).
+
 asyncio accepts up to ``backlog`` connections per turn of its loop before any of them
 is seen here, two turns later: the reserve below the open-file limit covers four such
 bursts, so that shedding keeps ``accept()`` clear of ``EMFILE``. Should it fail anyway,
@@ -61,6 +70,12 @@ __all__ = [
 ]
 
 HEADER_TIMEOUT_S = 10.0
+HEAD_MAX_BYTES = 32 * 1024  # a request's line and headers (GitHub's: about 2 KiB)
+UPGRADE_REFUSED = (
+    "an Upgrade header (HTTP/2 over plain HTTP, h2c) is not supported here: send the "
+    "request as HTTP/1.1 without it (curl: --http1.1)"
+)
+_REASONS = {400: b"Bad Request", 431: b"Request Header Fields Too Large"}
 KEEP_ALIVE_S = 5  # idle between two requests on one connection (uvicorn's default)
 RESERVE_MIN = 64  # descriptors kept for everything but client connections
 BACKLOG_MAX = 2048  # uvicorn's default listen backlog
@@ -194,19 +209,59 @@ def guarded_httptools() -> type[_Guard] | None:
 
     class GuardedHttpTools(_Guard, HttpToolsProtocol):
         _heads_in = False
+        _head_bytes = 0  # received since the head was awaited, while it is not in
+        _refused = False  # answered before the app: what else comes is not read
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # as uvicorn: its transport is always a Transport
             super().connection_made(transport)
-            self._heads_in = False
+            self._heads_in, self._head_bytes, self._refused = False, 0, False
             self._guard_opened()
+
+        def data_received(self, data: bytes) -> None:
+            if self._heads_in:  # a body: as uvicorn
+                super().data_received(data)
+                return
+            if self._refused:
+                return
+            self._head_bytes += len(data)
+            super().data_received(data)
+            if not self._heads_in and self._head_bytes > HEAD_MAX_BYTES:
+                # httptools copies a header's value again with each read: a head of
+                # megabytes, fed 64 KiB at a time, held the event loop for seconds
+                self._refuse(431, f"request headers over {HEAD_MAX_BYTES // 1024} KiB")
 
         def on_headers_complete(self) -> None:
             self._heads_in = True
             self._disarm()  # the headers are in: the request is the app's to read now
+            if self.parser.should_upgrade() and not self._should_upgrade():
+                # httptools reads no body after an Upgrade header (HTTP/2's ``h2c``): the
+                # app got an empty one, and a signed request was refused as if its
+                # secret were wrong
+                self._refuse(400, UPGRADE_REFUSED)
+                return
             super().on_headers_complete()
 
+        def on_message_complete(self) -> None:
+            if not self._refused:
+                super().on_message_complete()
+
+        def _unsupported_upgrade_warning(self) -> None:
+            if not self._refused:  # (said in the answer: no warning about WebSockets)
+                super()._unsupported_upgrade_warning()
+
+        def _refuse(self, status: int, why: str) -> None:
+            self._refused = True
+            log.info("refused a request from %s with %d: %s", self.client, status, why)
+            text = f"{why}\n".encode()
+            self.transport.write(
+                b"HTTP/1.1 %d %s\r\ncontent-type: text/plain; charset=utf-8\r\n"
+                b"content-length: %d\r\nconnection: close\r\n\r\n%s"
+                % (status, _REASONS[status], len(text), text)
+            )
+            self.transport.close()
+
         def on_response_complete(self) -> None:
-            self._heads_in = False
+            self._heads_in, self._head_bytes = False, 0
             super().on_response_complete()
             self._guard_response_done()
 

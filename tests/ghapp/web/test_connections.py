@@ -107,6 +107,66 @@ def test_the_deadline_never_cuts_a_request_whose_headers_are_in(
         assert answer.startswith(b"HTTP/1.1 200 ")
 
 
+def test_a_head_past_the_bound_is_refused_at_once_and_holds_no_webhook_back(
+    tmp_path: Path, stack: tuple[str, str]
+) -> None:
+    """Under httptools a request's headers had no bound: one sender feeding a header
+    value of megabytes (no secret needed) held the event loop for seconds each read, and
+    a signed webhook beside three such senders waited 9.5 s."""
+    http = {"http": stack[0], "loop": stack[1]}
+    with live_server(tmp_path / "h", RULES, env=ENV, start_worker=False, http=http) as live:
+        host, port = address(live.url)
+        with socket.create_connection((host, port)) as big:
+            big.sendall(b"POST /github/webhook HTTP/1.1\r\nHost: x\r\nX-A: ")
+            started = time.monotonic()
+            refused = b""
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                for _ in range(64):  # up to 4 MiB, 64 KiB at a time
+                    big.sendall(b"a" * 65536)
+                    big.settimeout(0.05)
+                    with contextlib.suppress(TimeoutError):
+                        refused = big.recv(4096)
+                        break
+            refused = refused or read_response(big)
+            assert time.monotonic() - started < 2
+        # h11's own bound answers 400; ours, under httptools, 431
+        assert refused.startswith(b"HTTP/1.1 4"), refused[:200]
+        if stack[0] == "httptools":
+            assert refused.startswith(b"HTTP/1.1 431 "), refused[:200]
+            assert b"request headers over 32 KiB" in refused
+        with socket.create_connection((host, port)) as sock:  # a delivery, as ever
+            sock.sendall(webhook_head(host) + BODY)
+            assert read_response(sock).startswith(b"HTTP/1.1 200 ")
+
+
+def test_a_signed_delivery_with_an_upgrade_header_is_taken_or_told_never_a_wrong_secret(
+    tmp_path: Path, stack: tuple[str, str]
+) -> None:
+    """``curl --http2`` sends ``Upgrade: h2c``: httptools then reads no body, and the
+    signed delivery was refused 401 with a warning that the secret did not match."""
+    http = {"http": stack[0], "loop": stack[1]}
+    with live_server(tmp_path / "h", RULES, env=ENV, start_worker=False, http=http) as live:
+        host, port = address(live.url)
+        head = webhook_head(host).replace(
+            b"Content-Type:",
+            b"Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"
+            b"HTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\nContent-Type:",
+        )
+        with caught_logs() as seen, socket.create_connection((host, port)) as sock:
+            sock.sendall(head + BODY)
+            answer = read_response(sock)
+        said = [r.getMessage() for r in seen.records if r.levelname == "WARNING"]
+        assert not [line for line in said if "secret" in line or "WebSocket" in line], said
+        if stack[0] == "httptools":
+            assert answer.startswith(b"HTTP/1.1 400 "), answer[:300]
+            assert b"send the request as HTTP/1.1 without it (curl: --http1.1)" in answer
+        else:  # h11 reads the body and answers the delivery
+            assert answer.startswith(b"HTTP/1.1 200 "), answer[:300]
+        with socket.create_connection((host, port)) as sock:
+            sock.sendall(webhook_head(host) + BODY)
+            assert read_response(sock).startswith(b"HTTP/1.1 200 ")
+
+
 def test_a_body_that_trickles_in_does_not_hold_back_the_deciding_of_others(
     tmp_path: Path, stack: tuple[str, str]
 ) -> None:
