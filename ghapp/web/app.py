@@ -138,6 +138,8 @@ METRICS_READ_S = 5.0  # and /metrics this long
 BODY_S = 10.0  # a body has this long to arrive...
 BODY_RATE = 64 * 1024  # ... and one more second per this many bytes it says it has
 BODY_BUDGET = 128 * 1024 * 1024  # bytes of bodies being read at once, all requests together
+EVICT_AFTER_S = 1.0  # a body read this long...
+EVICT_RATE = 1024 * 1024  # ... at under this many bytes a second gives its room up when needed
 _SIGNED = re.compile(r"\s*sha256=[0-9a-f]{64}\s*", re.IGNORECASE)  # X-Hub-Signature-256
 _SOURCE_SIGNED = re.compile(r"(?:sha256=)?[0-9a-f]{64}", re.IGNORECASE)  # a source's header
 
@@ -145,20 +147,84 @@ _SOURCE_SIGNED = re.compile(r"(?:sha256=)?[0-9a-f]{64}", re.IGNORECASE)  # a sou
 class BodyBudget:
     """How many bytes of request bodies are held at once, by every request together: the
     bodies are read before they can be verified, so without a bound a few dozen senders
-    of unfinished 25 MB bodies took a gigabyte."""
+    of unfinished 25 MB bodies took a gigabyte.
 
-    def __init__(self, limit: int | None = None) -> None:
+    When a body needs room the bound does not have, the slowest bodies being read give
+    theirs up (:meth:`take`): one read for at least :data:`EVICT_AFTER_S` at under
+    :data:`EVICT_RATE` bytes a second on average is let go (answered 503 "send it again"
+    when it ends). Else senders of bodies that stall (no secret needed: a signature
+    header of the right shape) held the whole bound for minutes, and every webhook was
+    refused meanwhile; now they must keep sending a megabyte a second each to hold it."""
+
+    def __init__(self, limit: int | None = None, clock: Callable[[], float] = time.monotonic):
         self.limit = BODY_BUDGET if limit is None else limit
         self.held = 0
+        self.clock = clock
+        self._reading: set[Reading] = set()
 
-    def take(self, n: int) -> bool:
+    def reading(self) -> Reading:
+        """A body begins: its share of the bound (give it back with :meth:`done`)."""
+        r = Reading(self.clock())
+        self._reading.add(r)
+        return r
+
+    def take(self, r: Reading, n: int) -> bool:
+        """Room for ``n`` more bytes of ``r``'s body, made by letting slower bodies go if
+        needed; False when there is none (``r`` lets go of its own then)."""
+        if self.held + n > self.limit:
+            self._make_room(r, self.held + n - self.limit)
         if self.held + n > self.limit:
             return False
         self.held += n
+        r.taken += n
         return True
 
-    def give(self, n: int) -> None:
-        self.held -= n
+    def let_go(self, r: Reading) -> None:
+        """``r``'s bytes are free for the others; the rest of its body is read and dropped."""
+        self.held -= r.taken
+        r.taken, r.let_go = 0, True
+        r.chunks.clear()
+
+    def done(self, r: Reading) -> None:
+        self._reading.discard(r)
+        self.held -= r.taken
+        r.taken = 0
+
+    def _make_room(self, r: Reading, need: int) -> None:
+        now = self.clock()
+
+        def rate(o: Reading) -> float:
+            return o.taken / max(now - o.started, 1e-9)
+
+        slow = [
+            o
+            for o in self._reading
+            if o is not r and o.taken and now - o.started >= EVICT_AFTER_S and rate(o) < EVICT_RATE
+        ]
+        if sum(o.taken for o in slow) < need:
+            return  # not enough room even so: no one is let go for nothing
+        for o in sorted(slow, key=rate):
+            if need <= 0:
+                break
+            need -= o.taken
+            log.warning(
+                "a request body read at %d bytes a second (%d bytes in %.1f s) gave its "
+                "room to another: it is answered 503 when it ends",
+                rate(o), o.taken, now - o.started,
+            )  # fmt: skip
+            self.let_go(o)
+
+
+class Reading:
+    """One body being read: its bytes so far, what it holds of the bound, since when."""
+
+    __slots__ = ("chunks", "let_go", "started", "taken")
+
+    def __init__(self, started: float) -> None:
+        self.started = started
+        self.taken = 0
+        self.let_go = False
+        self.chunks: list[bytes] = []
 
 
 async def _read_body(
@@ -181,19 +247,19 @@ async def _read_body(
         if declared > limit:
             return _error(413, too_large)
         declared = max(declared, 0)
-    chunks: list[bytes] = []
-    size = taken = 0
-    busy = False
+    reading = budget.reading() if budget is not None else None
+    chunks = reading.chunks if reading is not None else []
+    size = 0
     try:
         async with asyncio.timeout(BODY_S + declared / BODY_RATE):
             async for chunk in request.stream():
                 size += len(chunk)
                 if size > limit:
                     return _error(413, too_large)
-                if busy:
-                    continue  # read and let go (see below)
-                if budget is not None:
-                    if not budget.take(len(chunk)):
+                if reading is not None and budget is not None:
+                    if reading.let_go:
+                        continue  # read and let go (see below)
+                    if not budget.take(reading, len(chunk)):
                         log.warning(
                             "%s %s: refused with 503, %d bytes of bodies already being read",
                             request.method, request.url.path, budget.held,
@@ -201,14 +267,10 @@ async def _read_body(
                         # The rest of the body is read and let go before the answer:
                         # closed with bytes unread, the connection was reset, and the
                         # sender often got the reset, not the 503 that says "again".
-                        busy = True
-                        chunks.clear()
-                        budget.give(taken)  # what it held is free for the others now
-                        taken = 0
+                        budget.let_go(reading)  # what it held is free for the others now
                         continue
-                    taken += len(chunk)
                 chunks.append(chunk)
-        if busy:
+        if reading is not None and reading.let_go:
             return _busy()
     except ClientDisconnect:
         log.warning(
@@ -219,7 +281,7 @@ async def _read_body(
         )
         return _error(400, "the connection closed before the body was complete")
     except TimeoutError:
-        if busy:
+        if reading is not None and reading.let_go:
             return _busy()
         log.warning(
             "%s %s: the body did not arrive in time (%d of %s byte(s)); nothing was stored",
@@ -227,8 +289,8 @@ async def _read_body(
         )  # fmt: skip
         return _closing(_error(408, "the body did not arrive in time; nothing was stored"))
     finally:
-        if budget is not None:
-            budget.give(taken)
+        if reading is not None and budget is not None:
+            budget.done(reading)
     return b"".join(chunks)
 
 

@@ -265,6 +265,52 @@ def test_bodies_being_read_share_a_bound_and_give_it_back(
         assert post(live.url, "issues", BODY).status_code == 200  # the bound was given back
 
 
+def test_a_body_that_stalls_gives_its_room_to_a_delivery_and_gets_its_503(
+    tmp_path: Path, stack: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Senders of bodies that stall (a signature header of the right shape, no secret)
+    held the whole bound for minutes: every webhook was refused 503 meanwhile."""
+    monkeypatch.setattr(web_app, "BODY_BUDGET", len(BODY) + 1000)
+    http = {"http": stack[0], "loop": stack[1]}
+    with live_server(tmp_path / "h", RULES, env=ENV, start_worker=False, http=http) as live:
+        host, port = address(live.url)
+        with socket.create_connection((host, port)) as holder, caught_logs() as seen:
+            holder.sendall(webhook_head(host) + BODY[:-10])  # most of the bound, then stalls
+            time.sleep(web_app.EVICT_AFTER_S + 0.3)
+            assert post(live.url, "issues", BODY).status_code == 200
+            holder.sendall(BODY[-10:])
+            answer = read_response(holder)
+        assert answer.startswith(b"HTTP/1.1 503 "), answer[:200]
+        said = [r.getMessage() for r in seen.records if "gave its room" in r.getMessage()]
+        assert len(said) == 1 and "answered 503 when it ends" in said[0]
+        assert post(live.url, "issues", BODY).status_code == 200  # the bound was given back
+
+
+def test_the_slowest_bodies_give_their_room_up_first_and_only_what_is_needed() -> None:
+    now = [0.0]
+    budget = web_app.BodyBudget(1000, clock=lambda: now[0])
+    slow, slower = budget.reading(), budget.reading()
+    assert budget.take(slow, 300) and budget.take(slower, 100)
+    now[0] = 1.5
+    fresh = budget.reading()  # read for under EVICT_AFTER_S when room is needed
+    assert budget.take(fresh, 100)
+    now[0] = 2.0
+    assert budget.take(slow, 300)  # 600 in 2 s; slower: 100 in 2 s
+    assert budget.held == 800 and not slower.let_go  # there was room
+    big, fast = budget.reading(), budget.reading()
+    assert budget.take(big, 100)  # room for it: no one is let go
+    huge = budget.reading()
+    assert not budget.take(huge, 1000)  # the slow ones' 700 would not be enough
+    assert not (slow.let_go or slower.let_go) and budget.held == 900
+    assert budget.take(fast, 250)  # needs 150: slower's 100 first, then slow's
+    assert (slower.let_go, slow.let_go, fresh.let_go, big.let_go) == (True, True, False, False)
+    assert budget.held == 100 + 100 + 250 and fast.taken == 250
+    assert slow.chunks == [] and slow.taken == 0
+    for r in (slow, slower, fresh, fast, big, huge):
+        budget.done(r)
+    assert budget.held == 0
+
+
 def test_after_a_response_the_next_headers_have_the_whole_deadline_again(
     tmp_path: Path, stack: tuple[str, str]
 ) -> None:
