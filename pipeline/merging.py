@@ -137,7 +137,9 @@ def _settle(ctx: Ctx, att: Attempt) -> Outcome:
     answer = pr.result(att.key)
     if att.outcome in ("refused", "conflict"):
         ctx.set(merge_attempt=None)
-        if att.outcome == "conflict":
+        # GitHub refuses a merge that a push to the base just put in conflict with "405
+        # not mergeable", no word of why: the pull request read back says it
+        if att.outcome == "conflict" or merge_readiness(pr, ctx.policy).kind == "conflict":
             return conflict(ctx)
         why = answer.message if answer is not None and answer.message else "no reason given"
         ctx.raise_card(

@@ -280,6 +280,20 @@ def test_a_merge_refused_for_conflicts_raises_the_conflict_notice() -> None:
     assert step.delivery.merge_attempt is None
 
 
+def test_a_merge_refused_as_not_mergeable_while_the_pr_reads_dirty_is_the_conflict_notice() -> None:
+    """GitHub answers a merge of a pull request that a push to its base just put in
+    conflict with "405 Pull Request is not mergeable": a card asked a person to try the
+    merge again or stop, where the notice says to resolve the conflicts and push."""
+    drive = Driver()
+    (merge,) = of(drive(snap()), Merge)
+    refused = (answer(merge, "refused", "Pull Request is not mergeable"),)
+    dirty = {"mergeable": False, "mergeable_state": "dirty"}
+    step = drive(snap(results=refused, **dirty), 1)
+    assert step.delivery.card is not None and step.delivery.card.kind == "conflict"
+    assert step.delivery.merge_attempt is None
+    assert len(drive.merges()) == 1
+
+
 def test_a_409_whose_new_head_never_shows_is_tried_again_after_a_grace() -> None:
     drive = Driver()
     (merge,) = of(drive(snap()), Merge)
