@@ -1087,6 +1087,9 @@ def _main(args_list: list[str]) -> int:
             code: int = entry(args_list[1:])
         except Exception as exc:
             return _failed(exc, f"autoloop {args_list[0]}")
+        except KeyboardInterrupt:  # (where the command does not say more itself)
+            print(f"autoloop {args_list[0]}: interrupted", file=sys.stderr)
+            return 1
         return code
     parser = build_parser(args_list[0] if args_list else None)
     try:

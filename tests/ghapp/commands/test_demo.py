@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -110,3 +111,24 @@ def test_try_json_needs_an_answer_and_then_prints_the_trail(tmp_path: Path) -> N
     assert trail["notices"] == ["Painted it green"]
     first, second = trail["turns"]
     assert second["resume"] == first["agent_session"]  # the answer resumed its session
+
+
+def test_ctrl_c_during_the_demo_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    """Ctrl-C in the demo (or in doctor, or serve while it starts) printed a traceback of
+    30 to 40 lines: the built-in commands' one line did not cover these."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOLOOP_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ghapp.commands.cli", "demo", "--home", str(tmp_path / "demo")],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    first = proc.stdout.readline()  # it runs: the sandbox comes up next
+    assert first.startswith("autoloop demo: everything runs on this machine"), first
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, out + err
+    assert err == "autoloop demo: interrupted\n", err
