@@ -395,6 +395,23 @@ class Hub:
                 taken.append(t.id)
         return taken
 
+    def interrupted(self, turn: Turn) -> None:
+        """A drain was stopped (Ctrl-C) while ``turn`` ran here: its agent, in a session
+        of its own that the terminal's signal does not reach, is stopped (it ran on
+        unwatched, its turn "running" until its claim lapsed), and the turn ends failed,
+        to run again at once at the next drain, as its rule's retries allow."""
+        self.stopped.add(turn.id)
+        self.stop_orphans(turn.id)
+        error = "stopped: the drain that ran it was interrupted (Ctrl-C)"
+        outcome = k.AgentOutcome(started=True, ok=False, error=error, backoff=False)
+        out = self.ledger.decide(k.Finish(turn=turn.id, fence=turn.fence, outcome=outcome))
+        self._after(out)
+        if self.on_turn is not None:
+            with self.store.read() as tx:
+                done = tx.get("turn", turn.id)
+            if isinstance(done, Turn):
+                self.on_turn("end", done)
+
     def run(self, turn: Turn, *, heartbeat_every_s: float = HEARTBEAT_EVERY_S) -> Outcome:
         rules = self.rules()
         rule = rules.rule(turn.rule)
@@ -548,7 +565,11 @@ class Hub:
                 progressed = True
                 if self.on_turn is not None:
                     self.on_turn("start", turn)
-                self.run(turn)
+                try:
+                    self.run(turn)
+                except KeyboardInterrupt:
+                    self.interrupted(turn)
+                    raise
                 report.turns.append(turn.id)
                 if self.on_turn is not None:
                     with self.store.read() as tx:

@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -678,6 +679,74 @@ def test_a_child_the_agent_left_in_a_session_of_its_own_is_stopped_with_the_turn
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, 9)
+
+
+SLEEPER = """\
+import os, sys, time
+open(sys.argv[1], "a").write(f"{os.getpid()}\\n")
+time.sleep(60)
+"""
+
+
+def test_ctrl_c_on_drain_stops_the_agent_and_the_next_drain_runs_its_turn_again(
+    cli: Cli,
+) -> None:
+    """The agent runs in a session of its own, which the terminal's Ctrl-C does not
+    reach: it ran on unwatched after the drain ended, its turn "running" until its claim
+    lapsed, and the next drain killed it and counted its turn failed."""
+    agent = cli.home.parent / "sleeper.py"
+    agent.write_text(SLEEPER)
+    pid_file = cli.home.parent / "agent.pids"
+    cli.home.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "agents": {"s": {"use": "command", "command": [sys.executable, str(agent), str(pid_file)]}},
+        "rules": [{"name": "r", "on": {"source": "local", "type": "ping"}, "agent": "s"}],
+    }
+    (cli.home / "rules.json").write_text(json.dumps(doc))
+    cli.run("init")
+    cli.run("emit", "local", "ping", "x", "--id", "e1")
+    drain = subprocess.Popen(
+        [sys.executable, "-m", "ghapp.commands.cli", "drain"],
+        cwd=ROOT,
+        env=cli.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not pid_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (pid,) = [int(line) for line in pid_file.read_text().split()]
+        drain.send_signal(signal.SIGINT)
+        out, err = drain.communicate(timeout=30)
+        assert drain.returncode == 1, out + err
+        assert not alive(pid), "the agent still runs"
+        assert "< turn t1 failed: failed: stopped: the drain that ran it was interrupted" in out, (
+            out
+        )
+        assert err.strip().splitlines() == ["autoloop: interrupted; nothing accepted was lost"]
+        (turn,) = cli.json("status")["turns"]
+        assert (turn["id"], turn["state"]) == ("t1", "failed")
+        # the next drain runs it again at once (no backoff: it was no failure of the agent's)
+        again = subprocess.Popen(
+            [sys.executable, "-m", "ghapp.commands.cli", "drain"],
+            cwd=ROOT,
+            env=cli.env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 30
+        while len(pid_file.read_text().split()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        again.send_signal(signal.SIGINT)
+        out, _ = again.communicate(timeout=30)
+        assert "> turn t2" in out, out
+    finally:
+        for line in pid_file.read_text().split() if pid_file.exists() else []:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(line), 9)
 
 
 SNOOPER = """\
