@@ -399,6 +399,25 @@ def source_checks(rules: Rules, env: Mapping[str, str]) -> list[Check]:
     return rows
 
 
+def channel_checks(rules: Rules, env: Mapping[str, str]) -> list[Check]:
+    """Each webhook channel that takes its URL from a variable (``url_env``): that
+    variable set. Unset, every card for the channel failed to send, a line each in the
+    log, while doctor said "no problems found"."""
+    used = {n for r in rules.rules for n in r.notify} | set(rules.owner_notify)
+    rows = []
+    for name, spec in rules.channels.items():
+        var = str(spec.options.get("url_env", "")) if spec.use == "webhook" else ""
+        if not var:
+            continue
+        if env.get(var):
+            rows.append(Check(f"channel {name}", OK, f"posts to the URL in {var}"))
+            continue
+        status = FAIL if name in used else WARN
+        users = "cards for it are not sent" if name in used else "no rule notifies it"
+        rows.append(Check(f"channel {name}", status, f"set {var} (its url_env): {users}"))
+    return rows
+
+
 def cwd_checks(home: Path, rules: Rules) -> list[Check]:
     rows = []
     for rule in rules.rules:
@@ -438,7 +457,12 @@ def key_mode_check(settings: Settings) -> Check | None:
 
 def _app_error(exc: GitHubError, gh: GitHubSettings) -> str:
     answer = f"GET /app: {exc.status} {exc.message}" if exc.status else str(exc)
-    if isinstance(exc, Unauthorized | NotFound):
+    if isinstance(exc, NotFound):  # (a wrong id or key is a 401: the URL is wrong)
+        return (
+            f"{gh.api_url} has no GitHub App API ({answer}): check AUTOLOOP_GITHUB_URL "
+            "(https://api.github.com, or https://HOST/api/v3 for GitHub Enterprise)"
+        )
+    if isinstance(exc, Unauthorized):
         return (
             f"GitHub refuses the App id {gh.app_id} with this private key ({answer}): the id "
             "and the key are not the same App's; check AUTOLOOP_GITHUB_APP_ID against the "
@@ -646,6 +670,7 @@ def run_checks(
         rows += agent_checks(settings.home, rules, env)
         rows += cwd_checks(settings.home, rules)
         rows += source_checks(rules, env)
+        rows += channel_checks(rules, env)
         rows += [
             Check(
                 f"secret {name}",
@@ -682,11 +707,16 @@ def main(argv: list[str]) -> int:
             ["check", "status", "detail"],
             [[r.check, r.status, r.detail] for r in rows],
         )
-        out.line(
-            f"{len(problems)} problem(s): fix the FAIL rows, then run 'autoloop doctor' again"
-            if problems
-            else "no problems found"
-        )
+        warned = [r for r in rows if r.status == WARN]
+        if problems:
+            out.line(
+                f"{len(problems)} problem(s): fix the FAIL rows, then run 'autoloop doctor' again"
+            )
+        elif warned:  # (a script not found fails every turn: "no problems" misled)
+            names = ", ".join(r.check for r in warned)
+            out.line(f"no failures; {len(warned)} warning(s) to read: {names}")
+        else:
+            out.line("no problems found")
     return 1 if problems else 0
 
 

@@ -70,6 +70,7 @@ class WebhookChannel:
         link: Callable[[Card], str] | None = None,
     ) -> None:
         var = str(spec.options.get("url_env", ""))
+        self.url_env = var
         self.url = env.get(var, "") if var else str(spec.options.get("url", ""))
         self.format = str(spec.options.get("format", "json"))
         #: the signed link to a card's page, for a channel with ``"links": true`` where
@@ -78,7 +79,8 @@ class WebhookChannel:
 
     def send(self, card: Card, matter: Matter | None, *, previous_ref: str) -> str:
         if not self.url:
-            raise RuntimeError("webhook channel has no URL: set the variable named by url_env")
+            where = f"set {self.url_env} (its url_env)" if self.url_env else "give it a url"
+            raise RuntimeError(f"webhook channel has no URL: {where}")
         body: dict[str, Any]
         link = self.link(card) if self.link is not None and card.state == "open" else None
         if self.format == "json":

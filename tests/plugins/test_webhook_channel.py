@@ -48,6 +48,12 @@ def receiver() -> Iterator[tuple[str, list[dict[str, Any]]]]:
 CARD = Card(id="c1", key="k", matter="m", kind_="ask", title="Ship it?", options=("yes", "no"))
 
 
+def test_a_channel_whose_url_variable_is_unset_names_it() -> None:
+    spec = ChannelSpec(name="c", use="webhook", options={"url_env": "HOOK_URL"})
+    with pytest.raises(RuntimeError, match=r"has no URL: set HOOK_URL \(its url_env\)$"):
+        WebhookChannel(spec, {}).send(CARD, None, previous_ref="")
+
+
 def test_a_card_is_posted_as_json_or_as_text() -> None:
     with receiver() as (url, got):
         spec = ChannelSpec(name="c", use="webhook", options={"url_env": "HOOK"})

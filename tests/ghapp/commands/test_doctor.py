@@ -142,6 +142,19 @@ def test_a_wrong_app_id_is_one_row(gh: SandboxHandle, tmp_path: Path) -> None:
     assert "check AUTOLOOP_GITHUB_APP_ID" in detail
 
 
+def test_a_wrong_api_url_is_named_not_the_key(gh: SandboxHandle, tmp_path: Path) -> None:
+    """A GitHub Enterprise URL with a path too many (or one missing): the row said the id
+    and the key were not the same App's, and to generate a new private key."""
+    env = github_env(gh, make_home(tmp_path))
+    env["AUTOLOOP_GITHUB_URL"] = env["AUTOLOOP_GITHUB_URL"].rstrip("/") + "/api/v3"
+    code, report, _ = doctor(env)
+    assert code == 1
+    [(check, detail)] = fails(report)
+    assert check == "App id and key"
+    assert "has no GitHub App API (GET /app: 404" in detail, detail
+    assert "check AUTOLOOP_GITHUB_URL" in detail and "private key" not in detail
+
+
 def test_a_wrong_key_is_one_row(gh: SandboxHandle, tmp_path: Path) -> None:
     other = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     key = tmp_path / "other.pem"
@@ -198,9 +211,36 @@ def test_a_command_agents_missing_script_is_a_warning(tmp_path: Path) -> None:
     (row,) = [c for c in report["checks"] if c["check"] == "agent script"]
     assert row["status"] == "warn"
     assert "the script 'agent.py' its command runs is not found" in row["detail"]
+    said = cli(env, "doctor")  # the table's last line: not "no problems found"
+    last = said.stdout.rstrip().splitlines()[-1]
+    assert last.startswith("no failures; 2 warning(s) to read: "), said.stdout
+    assert last.endswith("ledger, agent script")  # (no event yet: no ledger either)
     (home / "agent.py").write_text("print('done')\n")
     _, report, _ = doctor(env)
     assert status_of(report, "agent script") == "ok"
+
+
+def test_a_webhook_channel_whose_url_variable_is_unset_fails_and_names_it(tmp_path: Path) -> None:
+    """doctor said "no problems found"; every card for the channel then failed to send,
+    the log saying only "set the variable named by url_env"."""
+    chat = {"use": "webhook", "format": "slack", "url_env": "CHAT_URL_FOR_TEST"}
+    rules = {
+        "agents": {"demo": {"use": "demo"}},
+        "channels": {"chat": chat, "spare": {**chat, "url_env": "SPARE_URL_FOR_TEST"}},
+        "rules": [{"name": "r", "on": {"type": "x"}, "agent": "demo", "notify": ["chat"]}],
+        "owner_notify": ["chat"],
+    }
+    home = make_home(tmp_path, rules)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOLOOP_")}
+    env["AUTOLOOP_HOME"] = str(home)
+    code, report, _ = doctor(env)
+    assert code == 1
+    assert fails(report) == [
+        ("channel chat", "set CHAT_URL_FOR_TEST (its url_env): cards for it are not sent")
+    ]
+    assert status_of(report, "channel spare") == "warn"
+    code, report, _ = doctor({**env, "CHAT_URL_FOR_TEST": "http://127.0.0.1:9/hook"})
+    assert code == 0 and status_of(report, "channel chat") == "ok"
 
 
 def test_right_after_init_the_starter_rules_example_agent_is_no_warning(tmp_path: Path) -> None:
