@@ -141,7 +141,9 @@ class Demo:
                 ctx.store.close()
         took = time.monotonic() - started
         self.summary["seconds"] = round(took, 1)
-        self.say(f"\ndone in {took:.1f} s")
+        # (for either story, or both: the home is the demo's, not the user's own)
+        self.say(f"\nexplore it yourself: AUTOLOOP_HOME={self.home} autoloop status")
+        self.say(f"done in {took:.1f} s")
         return 0
 
     # ------------------------------------------------------------------------------ story
@@ -203,7 +205,6 @@ class Demo:
             "writes": [f"{w.method} {w.path}" for w in writes],
             "last_turn": last.id,
         }
-        self.say(f"\nexplore it yourself: AUTOLOOP_HOME={self.home} autoloop status")
 
     def deliver_story(self, gh: SandboxHandle, ctx: Home) -> None:
         world = gh.world
@@ -282,7 +283,9 @@ class Demo:
             f"sticky progress comment: {count('POST', f'/issues/{number}/comments')} created, "
             f"{count('PATCH', '/issues/comments/')} updates in place"
         )
-        self.note(f"its story, stage by stage: autoloop why {gh.repo}#{number}")
+        self.note(
+            f"its story, stage by stage: AUTOLOOP_HOME={self.home} autoloop why {gh.repo}#{number}"
+        )
         self.summary["deliver"] = {
             "pr": number,
             "stage": rec.stage,

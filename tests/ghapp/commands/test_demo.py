@@ -60,6 +60,22 @@ def test_demo_runs_to_the_end_in_under_a_minute(tmp_path: Path) -> None:
     assert "the bot's review (COMMENTED): Reviewed 1 file: feature.py (+1 -0)." in out
     assert "check run autoloop/deliver: 1 created" in out
     assert "sticky progress comment: 1 created" in out
+    # the commands it prints run as printed (they name the demo's home: without it, they
+    # read the user's own, or none)
+    home = str(tmp_path / "demo")
+    (hint,) = [line for line in out.splitlines() if "its story, stage by stage:" in line]
+    assert hint.split("stage by stage: ")[1] == f"AUTOLOOP_HOME={home} autoloop why sandbox/demo#2"
+    assert f"explore it yourself: AUTOLOOP_HOME={home} autoloop status" in out
+    why = subprocess.run(
+        [sys.executable, "-m", "ghapp.commands.cli", "why", "sandbox/demo#2"],
+        cwd=ROOT,
+        env={**env, "AUTOLOOP_HOME": home},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert why.returncode == 0 and "delivered" in why.stdout, why.stdout + why.stderr
 
 
 def test_demo_json_is_one_object_with_both_stories(tmp_path: Path) -> None:
