@@ -276,13 +276,6 @@ def rules_check(home: Path) -> tuple[Check, Rules | None]:
         f"{path}: {len(rules.rules)} rules, {len(rules.agents)} agents, "
         f"{len(rules.channels)} channels (version {rules.version})"
     )
-    if (home / "rules.json").exists() and (home / "rules.toml").exists():
-        return Check(
-            "rules",
-            WARN,
-            f"{detail}; {home / 'rules.toml'} is ignored while rules.json exists: "
-            "keep one of the two",
-        ), rules
     return Check("rules", OK, detail), rules
 
 

@@ -50,6 +50,14 @@ def rules_path(home: Path) -> Path:
 
 def load_rules(home: Path, *, agents: Iterable[str], channels: Iterable[str]) -> Rules:
     path = rules_path(home)
+    if path.name == "rules.json" and (home / "rules.toml").exists() and path.exists():
+        # ('autoloop init' writes rules.json: a rules.toml written after it, as the docs
+        # allow, was ignored in silence, its rules never run)
+        raise ConfigError(
+            "rules.toml is here too, and only one rules file is read: keep one (delete "
+            "rules.json, which 'autoloop init' wrote, to use rules.toml)",
+            file=str(path),
+        )
     try:
         raw = path.read_bytes()
     except FileNotFoundError:

@@ -250,6 +250,17 @@ def test_random_bytes_in_rules_json_are_one_line_not_a_traceback(home: Home) -> 
     assert "not UTF-8" in line and "UTC" in line
 
 
+def test_a_rules_toml_beside_rules_json_is_refused_not_ignored(home: Home) -> None:
+    """'autoloop init' writes rules.json; a rules.toml written after it, as the docs
+    allow, was ignored in silence: its rules never ran, and only doctor said so."""
+    (home.home / "rules.toml").write_text('[agents.other]\nuse = "demo"\n')
+    for command in (("emit", "local", "x", "s", "--id", "1"), ("drain",)):
+        line = refused(home.run(*command, ok=False), "rules.json", "rules.toml is here too")
+        assert "keep one" in line
+    (home.home / "rules.json").unlink()
+    home.run("emit", "local", "x", "s", "--id", "1")  # the TOML file is read now
+
+
 def test_random_bytes_in_master_key_are_one_line_or_work(home: Home) -> None:
     (home.home / "master.key").write_bytes(random_bytes(64, 2))
     home.run("emit", "local", "x", "s", "--id", "1")

@@ -414,20 +414,23 @@ def test_local_only_is_no_problem(tmp_path: Path) -> None:
     assert not (home / "ledger.db").exists()
 
 
-def test_a_rules_toml_beside_rules_json_is_a_warning_and_a_review_agent_is_explained(
+def test_a_rules_toml_beside_rules_json_fails_and_a_review_agent_is_explained(
     tmp_path: Path,
 ) -> None:
-    """rules.toml was ignored in silence while rules.json existed; an agent only a delivery
+    """rules.toml was ignored in silence while rules.json existed (a warning here, since a
+    failure everywhere); an agent only a delivery
     policy names was listed as used by no rule."""
     home = make_home(tmp_path, {"agents": {"reviewer": {"use": "demo"}}, "rules": []})
     (home / "rules.toml").write_text('[agents.other]\nuse = "demo"\n')
     env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOLOOP_")}
     env["AUTOLOOP_HOME"] = str(home)
     code, report, _ = doctor(env)
-    assert code == 0  # a warning
+    assert code == 1  # every command refuses the pair (see test_cli_input)
     (rules,) = [c for c in report["checks"] if c["check"] == "rules"]
-    assert rules["status"] == "warn"
-    assert "rules.toml is ignored while rules.json exists" in rules["detail"]
+    assert rules["status"] == "FAIL"
+    assert "rules.toml is here too, and only one rules file is read" in rules["detail"]
+    (home / "rules.toml").unlink()
+    code, report, _ = doctor(env)
     (agent,) = [c for c in report["checks"] if c["check"] == "agent reviewer"]
     assert 'a delivery policy\'s review = "agent:NAME" may use it' in agent["detail"]
 
