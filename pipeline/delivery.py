@@ -109,6 +109,9 @@ class Delivery:
     # the delivery's story: "" once it has ended.
     waiting_on: str = ""
     waiting_for: str = ""
+    # The label that started it, as the policy spelt it then ("" in records from before
+    # it was kept): a policy that renames its label later ends no delivery under way.
+    label: str = ""
 
     @property
     def terminal(self) -> bool:
@@ -152,6 +155,7 @@ def start(
         heads=(head_sha,),
         stage_since=at,
         history=(HistoryEntry(stage="review", at=at, outcome="started", note=note),),
+        label=label,
     )
 
 

@@ -155,7 +155,8 @@ def _closed(ctx: Ctx) -> Outcome | None:
 
 def _guards(ctx: Ctx) -> Outcome | None:
     d, pr, policy = ctx.d, ctx.pr, ctx.policy
-    label = policy.labels.deliver if d.mode == "deliver" else policy.labels.review
+    named = policy.labels.deliver if d.mode == "deliver" else policy.labels.review
+    label = d.label or named  # the one that started it, whatever the policy says now
     att = d.merge_attempt
     answered_done = att is not None and att.outcome == "done"
     pre_merge = d.merge_sha is None and d.stage not in POST_MERGE
@@ -163,7 +164,8 @@ def _guards(ctx: Ctx) -> Outcome | None:
     # answered after the removal was shown as "Cancelled" on a PR it had merged, with no
     # merge commit. The removal then stops the following of the deployment.
     merging = att is not None and att.outcome in ("", "done")
-    labelled = label.casefold() in {name.casefold() for name in pr.labels}
+    on_pr = {name.casefold() for name in pr.labels}
+    labelled = label.casefold() in on_pr or named.casefold() in on_pr
     if not labelled and not (pre_merge and (pr.merged or merging)):
         ctx.note = f"label {label} removed" + (
             "" if pre_merge else ": the merge stays, its deployment is no longer followed"

@@ -40,6 +40,24 @@ def test_a_removed_label_cancels_at_the_next_decision(minutes_in: float) -> None
     assert progress.check_title == "Cancelled: label deliver removed"
 
 
+def test_a_policy_that_renames_its_label_ends_no_delivery_under_way() -> None:
+    """The policy's label became "ship" while a delivery labelled "deliver" waited for its
+    checks: the next decision cancelled it, saying "label ship removed", a label no one
+    had added or removed. The delivery keeps the label that started it."""
+    drive = Driver()
+    assert drive(snap(check_runs=pending())).delivery.stage == "checks"
+    drive.policy = policy('[deliver.labels]\ndeliver = "ship"\n')
+    # still labelled "deliver": on it goes
+    assert drive(snap(check_runs=pending()), 1).delivery.stage == "checks"
+    step = drive(snap(check_runs=pending(), labels=("bug",)), 2)  # removed: cancelled, said so
+    assert step.delivery.stage == "cancelled"
+    assert of(step, Progress)[0].check_title == "Cancelled: label deliver removed"
+    # a delivery from before the label was kept follows the policy's, as before
+    old = Driver(delivery=replace(begin(), label=""))
+    old.policy = policy('[deliver.labels]\ndeliver = "ship"\n')
+    assert old(snap(labels=("ship",))).delivery.stage == "merge"
+
+
 def test_labels_match_without_case() -> None:
     assert Driver()(snap(labels=("Deliver",))).delivery.stage == "merge"
 
