@@ -99,12 +99,16 @@ class PolicyProblem:
     line: int | None = None
 
     def __str__(self) -> str:
-        where = f"{POLICY_PATH}"
-        if self.line is not None:
-            where += f" line {self.line}"
-        if self.key:
-            where += f": {self.key}"
-        return f"{where}: {self.message}"
+        line = f" line {self.line}" if self.line is not None else ""
+        return f"{POLICY_PATH}{line}: {self._what()}"
+
+    def detail(self) -> str:
+        """The problem without the file's path (for text that names the file already)."""
+        line = f"line {self.line}: " if self.line is not None else ""
+        return f"{line}{self._what()}"
+
+    def _what(self) -> str:
+        return f"{self.key}: {self.message}" if self.key else self.message
 
 
 class _Bad(Exception):

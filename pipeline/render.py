@@ -60,7 +60,7 @@ def render(d: Delivery, *, waiting: str, problem: PolicyProblem | None = None) -
         lines += [
             "",
             f"The policy `{POLICY_PATH}` on the default branch is not accepted: "
-            f"{_escape(str(problem))}",
+            f"{_escape(problem.detail())}",
             "",
             "Nothing else happens until it is fixed there.",
         ]

@@ -261,7 +261,11 @@ class Reviews:
                 public = f"it exited with code {result.exit_code}"
             else:
                 public = "it failed"
-            return spent(self._failed(job, f"{public} (the server's log says why)"))
+            return spent(
+                self._failed(
+                    job, f"{public} (the log of autoloop serve, or of the Action's job, says why)"
+                )
+            )
         parsed = parse_findings(result.final_message)
         if isinstance(parsed, str):
             return spent(self._failed(job, parsed))

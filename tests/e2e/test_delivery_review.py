@@ -201,7 +201,7 @@ def test_a_failing_review_agent_raises_the_pipelines_card(tmp_path: Path) -> Non
         rec = record(live, gh, number)
         assert "review" in rec.data["card"]["key"], rec.data["card"]
         assert rec.data["findings"]["error"] == (
-            "it exited with code 3 (the server's log says why)"
+            "it exited with code 3 (the log of autoloop serve, or of the Action's job, says why)"
         )
         assert "db.internal" not in json.dumps(rec.data)
         assert not [c for c in gh.world.state.repos[gh.repo].comments.values()

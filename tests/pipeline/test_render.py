@@ -96,9 +96,10 @@ def test_a_policy_problem_names_the_key() -> None:
     shown = render(begin(), waiting="a fix", problem=problem)
     assert shown.check_title == "Policy problem: deliver.deploy.matches"
     assert (
-        ".github/autoloop.toml: deliver.deploy.matches: expected 1 to 100, got 0"
-        in shown.comment_body
+        "The policy `.github/autoloop.toml` on the default branch is not accepted: "
+        "deliver.deploy.matches: expected 1 to 100, got 0" in shown.comment_body
     )
+    assert shown.comment_body.count(".github/autoloop.toml") == 1  # (it was said twice)
     assert "Nothing else happens until it is fixed there." in shown.comment_body
 
 
