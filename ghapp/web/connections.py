@@ -208,30 +208,37 @@ def guarded_httptools() -> type[_Guard] | None:
         return None
 
     class GuardedHttpTools(_Guard, HttpToolsProtocol):
-        _heads_in = False
-        _head_bytes = 0  # received since the head was awaited, while it is not in
-        _refused = False  # answered before the app: what else comes is not read
+        _heads_in = False  # the current request's head is in (the deadline's state)
+        _in_body = False  # from a head's end to its message's end: what comes is its body
+        _head_bytes = 0  # received outside bodies since the last head ended
+        _refused = False  # refused before the app: nothing more is read
+        _later: tuple[int, str] | None = None  # a refusal waiting for the answer under way
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # as uvicorn: its transport is always a Transport
             super().connection_made(transport)
-            self._heads_in, self._head_bytes, self._refused = False, 0, False
+            self._heads_in, self._in_body, self._head_bytes = False, False, 0
+            self._refused, self._later = False, None
             self._guard_opened()
 
         def data_received(self, data: bytes) -> None:
-            if self._heads_in:  # a body: as uvicorn
-                super().data_received(data)
-                return
             if self._refused:
+                return
+            if self._in_body:  # a body (or its end, and what follows it): as uvicorn
+                super().data_received(data)
                 return
             self._head_bytes += len(data)
             super().data_received(data)
-            if not self._heads_in and self._head_bytes > HEAD_MAX_BYTES:
+            if (
+                self._head_bytes > HEAD_MAX_BYTES
+                and not self._in_body
+                and not self.transport.is_closing()  # (uvicorn refused it already)
+            ):
                 # httptools copies a header's value again with each read: a head of
                 # megabytes, fed 64 KiB at a time, held the event loop for seconds
                 self._refuse(431, f"request headers over {HEAD_MAX_BYTES // 1024} KiB")
 
         def on_headers_complete(self) -> None:
-            self._heads_in = True
+            self._heads_in, self._in_body, self._head_bytes = True, True, 0
             self._disarm()  # the headers are in: the request is the app's to read now
             if self.parser.should_upgrade() and not self._should_upgrade():
                 # httptools reads no body after an Upgrade header (HTTP/2's ``h2c``): the
@@ -242,6 +249,7 @@ def guarded_httptools() -> type[_Guard] | None:
             super().on_headers_complete()
 
         def on_message_complete(self) -> None:
+            self._in_body = False
             if not self._refused:
                 super().on_message_complete()
 
@@ -252,6 +260,14 @@ def guarded_httptools() -> type[_Guard] | None:
         def _refuse(self, status: int, why: str) -> None:
             self._refused = True
             log.info("refused a request from %s with %d: %s", self.client, status, why)
+            if (self.cycle is not None and not self.cycle.response_complete) or self.pipeline:
+                # an earlier request on this connection is answered first, whole
+                self._later = (status, why)
+                self.flow.pause_reading()
+                return
+            self._answer_and_close(status, why)
+
+        def _answer_and_close(self, status: int, why: str) -> None:
             text = f"{why}\n".encode()
             self.transport.write(
                 b"HTTP/1.1 %d %s\r\ncontent-type: text/plain; charset=utf-8\r\n"
@@ -261,8 +277,10 @@ def guarded_httptools() -> type[_Guard] | None:
             self.transport.close()
 
         def on_response_complete(self) -> None:
-            self._heads_in, self._head_bytes = False, 0
-            super().on_response_complete()
+            self._heads_in = False
+            if self._later is not None and not self.pipeline and not self.transport.is_closing():
+                self._answer_and_close(*self._later)
+            super().on_response_complete()  # (it does nothing more once closing)
             self._guard_response_done()
 
         def connection_lost(self, exc: Exception | None) -> None:

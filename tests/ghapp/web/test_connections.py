@@ -139,6 +139,64 @@ def test_a_head_past_the_bound_is_refused_at_once_and_holds_no_webhook_back(
             assert read_response(sock).startswith(b"HTTP/1.1 200 ")
 
 
+def read_all(sock: socket.socket, within_s: float = 3.0) -> bytes:
+    """Everything the server sends until it closes, or ``within_s`` of silence."""
+    sock.settimeout(within_s)
+    data = b""
+    with contextlib.suppress(TimeoutError, ConnectionResetError):
+        while chunk := sock.recv(65536):
+            data += chunk
+    return data
+
+
+def test_the_head_bound_counts_heads_only_whatever_comes_around_them(
+    tmp_path: Path, stack: tuple[str, str]
+) -> None:
+    """The bound counted from one answer to the next: the rest of a body that came after
+    its answer (a 413 sent before the body was read) was counted as a head, and a second
+    answer, a 431, followed the first; and a head that came while an earlier request was
+    answered was not counted at all (a header of a megabyte was parsed in full)."""
+    http = {"http": stack[0], "loop": stack[1]}
+    with live_server(tmp_path / "h", RULES, env=ENV, start_worker=False, http=http) as live:
+        host, port = address(live.url)
+        # bodies in pieces after their heads, three on one connection: all answered
+        with socket.create_connection((host, port)) as sock:
+            for _ in range(3):
+                sock.sendall(webhook_head(host))
+                for at in range(0, len(BODY), 8000):
+                    sock.sendall(BODY[at : at + 8000])
+                    time.sleep(0.01)
+                assert read_response(sock).startswith(b"HTTP/1.1 200 ")
+        # answered 413 before its body was read: the rest of the body is no head
+        with socket.create_connection((host, port)) as sock:
+            head = webhook_head(host).replace(
+                f"Content-Length: {len(BODY)}".encode(), b"Content-Length: 30000000"
+            )
+            sock.sendall(head)
+            first = read_response(sock)
+            assert first.startswith(b"HTTP/1.1 413 "), first[:200]
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                for _ in range(4):
+                    sock.sendall(b"x" * 65536)
+            rest = read_all(sock, 1.0)
+            assert b"431" not in rest, rest[:300]
+        # a head over the bound behind a request being answered: that answer comes whole,
+        # then the refusal
+        with socket.create_connection((host, port)) as sock:
+            big = f"GET /healthz HTTP/1.1\r\nHost: {host}\r\nX-A: ".encode()
+            sock.sendall(webhook_head(host) + BODY + big)
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                for _ in range(16):
+                    sock.sendall(b"a" * 65536)
+            answers = read_all(sock)
+        assert answers.startswith(b"HTTP/1.1 200 "), answers[:300]
+        assert answers.count(b"HTTP/1.1 ") == 2, answers[:600]
+        second = answers[answers.index(b"HTTP/1.1 ", 10) :]
+        assert second.startswith(b"HTTP/1.1 4"), second[:200]  # (h11: its own 400)
+        if stack[0] == "httptools":
+            assert second.startswith(b"HTTP/1.1 431 "), second[:200]
+
+
 def test_a_signed_delivery_with_an_upgrade_header_is_taken_or_told_never_a_wrong_secret(
     tmp_path: Path, stack: tuple[str, str]
 ) -> None:
