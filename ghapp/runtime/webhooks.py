@@ -100,7 +100,9 @@ def _decode_rest(raw: str | bytes, *, form: bool) -> Any:
 
 RECURSION_LIMIT = 4_000
 MAX_NESTING = 1_100  # levels kept; deeper values are read as null (see _decode_rest)
-INT_DIGITS = 4_300  # Python's limit on the digits of an int read from text
+# Levels refused: past what the check at the ack takes (its parser stops at the recursion
+# limit below), so a body refused there is refused here at once, not parsed to its end.
+DEPTH_MAX = 10_000
 # Raised when the module loads, before any request (see _decode_rest): only ever raised,
 # and Python code in this process recurses nowhere near it.
 if sys.getrecursionlimit() < RECURSION_LIMIT:
@@ -108,21 +110,25 @@ if sys.getrecursionlimit() < RECURSION_LIMIT:
 
 
 def _int(text: str) -> int | float:
-    """A JSON integer; past Python's limit on digits, a float (infinity), as a number
-    beyond a double's range is."""
-    return int(text) if len(text) <= INT_DIGITS else float(text)
+    """A JSON integer; past the interpreter's limit on the digits of an int read from
+    text (4,300 by default), a float (infinity), as a number beyond a double's range is."""
+    limit = sys.get_int_max_str_digits()
+    digits = len(text) - text.startswith("-")
+    return int(text) if not limit or digits <= limit else float(text)
 
 
 _WS = re.compile(r"[ \t\n\r]*")
-_NUMBER = re.compile(r"(-?(?:0|[1-9]\d*))(\.\d+)?([eE][-+]?\d+)?")  # JSON's, as the json module's
+# JSON's numbers, as the json module reads them: ASCII digits only (``\d`` would take
+# any Unicode digit)
+_NUMBER = re.compile(r"(-?(?:0|[1-9][0-9]*))(\.[0-9]+)?([eE][-+]?[0-9]+)?")
 _WORDS = (("true", True), ("false", False), ("null", None))
 
 
 def _parse_any_depth(text: str) -> Any:
     """``text``'s JSON value as ``json.loads`` reads it (strict strings, no NaN or
-    Infinity, integers by :func:`_int`), without recursion, so at any depth. Containers
-    nested deeper than :data:`MAX_NESTING` levels are checked but not built (read as
-    null): a body of 25 MB of ``[`` builds no more than that many levels."""
+    Infinity, integers by :func:`_int`), without recursion, up to :data:`DEPTH_MAX`
+    levels. Containers nested deeper than :data:`MAX_NESTING` levels are checked but not
+    built (read as null)."""
     n = len(text)
 
     def ws(at: int) -> int:  # past the whitespace at ``at``
@@ -150,6 +156,8 @@ def _parse_any_depth(text: str) -> Any:
         if c in "[{":
             close = "]" if c == "[" else "}"
             j = ws(i + 1)
+            if len(built) + len(deep) >= DEPTH_MAX:
+                raise ValueError(f"nested deeper than {DEPTH_MAX} levels")
             shallow = not deep and len(built) < MAX_NESTING
             if j < n and text[j] == close:
                 value, i = ([] if c == "[" else {}) if shallow else None, j + 1

@@ -683,7 +683,7 @@ def test_a_body_the_ack_takes_becomes_its_event_however_deep_or_long_its_numbers
         b"-" + b"9" * 10_000,
         b"[" * 1100 + b"]" * 1100,
         b"[" * 3990 + b"]" * 3990,
-        b'{"x": ' * 50_000 + b"1" + b"}" * 50_000,
+        b'{"x": ' * 9_000 + b"1" + b"}" * 9_000,  # past the check's own parser
     ]
     items = []
     for n, extra in enumerate(extras, start=1):

@@ -10,6 +10,8 @@ agree on every body, and say the same thing when they refuse.
 from __future__ import annotations
 
 import json
+import sys
+import time
 
 import pytest
 from hypothesis import given, settings
@@ -177,7 +179,7 @@ def test_a_lone_surrogate_is_mended_to_u_fffd_keys_too_and_a_pair_is_kept() -> N
 
 
 def test_a_body_nested_past_the_levels_kept_reads_null_there_whichever_parser_reads_it() -> None:
-    for n in (1099, 1100, 1101, 3000, 3990, 50_000):  # json.loads up to about 3,990
+    for n in (1099, 1100, 1101, 3000, 3990, 9_998):  # json.loads up to about 3,990
         value = webhook_payload(b'{"a": ' + b"[" * n + b"]" * n + b"}", form=False)["a"]
         depth = 1
         while isinstance(value, list) and value:
@@ -187,6 +189,23 @@ def test_a_body_nested_past_the_levels_kept_reads_null_there_whichever_parser_re
         assert (depth, value) == (kept, [] if n < MAX_NESTING else None), n
     big = webhook_payload(b'{"a": ' + b"7" * 4301 + b', "b": ' + b"7" * 4300 + b"}", form=False)
     assert big["a"] == float("inf") and big["b"] == int("7" * 4300)
+
+
+@pytest.mark.parametrize("number", ["1\u0661", "\u0661", "1.\u0661", "1e\u0661", "-\u0661"])
+def test_a_number_with_a_digit_that_is_not_ascii_is_refused_at_any_depth(number: str) -> None:
+    """``\\d`` in the parser without recursion took any Unicode digit: deep enough, such
+    a body was acknowledged where a shallow one was refused."""
+    for depth in (1, 5000):
+        body = ('{"a": ' + "[" * depth + number + "]" * depth + "}").encode()
+        assert verdict_of_check(body).startswith("body is not JSON"), depth
+        assert verdict_of_decode(body).startswith("body is not JSON"), depth
+
+
+def test_an_integer_of_exactly_the_digits_allowed_is_kept_whatever_its_sign() -> None:
+    limit = sys.get_int_max_str_digits()
+    for text in ("7" * limit, "-" + "7" * limit):
+        assert webhook_payload(f'{{"a": {text}}}'.encode(), form=False)["a"] == int(text)
+    assert webhook_payload(b'{"a": -' + b"7" * (limit + 1) + b"}", form=False)["a"] == float("-inf")
 
 
 TEXTS = st.recursive(
@@ -238,3 +257,17 @@ def test_the_parser_without_recursion_refuses_what_json_loads_refuses(
         damaged[at] = EDIT_BYTES[value % len(EDIT_BYTES)]
     left, right = read_both(bytes(damaged).decode("utf-8", "replace"))
     assert left == right
+
+
+def test_a_body_nested_past_what_the_check_takes_is_refused_by_both_at_once() -> None:
+    """The parser without recursion stops at DEPTH_MAX levels (the check's own parser
+    stops well before, at the recursion limit): a body of 20 MB of ``[`` is refused in
+    milliseconds, not parsed to its end in pure Python."""
+    body = b'{"a": ' + b"[" * 20_000_000 + b"]" * 20_000_000 + b"}"
+    started = time.monotonic()
+    assert (
+        verdict_of_check(body)
+        == verdict_of_decode(body)
+        == ("body is not JSON: send application/json payloads")
+    )
+    assert time.monotonic() - started < 5
