@@ -67,7 +67,7 @@ class WebhookLog:
         """Log one received webhook; ``error`` is what the answer said went wrong. The
         event and delivery are headers anyone may send (signed or not): each is cut to
         :data:`HEADER_SHOWN` characters (a 60,000-character header made as long a line)."""
-        event, delivery = _cut(event), _cut(delivery)
+        event, delivery = _one_line(_cut(event)), _one_line(_cut(delivery))
         fields = {"event": event, "delivery": delivery, "status": status, "ms": round(ms, 1)}
         line = f"webhook {event or '?'} delivery {delivery or '?'}: {status} in {ms:.1f} ms"
         if status == 401 and self._warn_now():

@@ -105,6 +105,26 @@ def test_a_newline_in_a_source_name_or_an_event_id_stays_on_its_log_line(
         assert said[1].startswith("source shop event a\\nb\\tc: "), said[1]
 
 
+def test_a_c1_control_in_a_webhook_header_is_escaped_on_its_log_line(tmp_path: Path) -> None:
+    """A header byte of 0x85 (NEL, a line break to some readers) or 0x9b (CSI, a
+    terminal's command) reached the webhook's log line as it came."""
+    body = json.dumps({"action": "opened"}).encode()
+    with (
+        live_server(tmp_path / "h", RULES, env=GITHUB_ENV, start_worker=False) as live,
+        logs() as seen,
+    ):
+        headers = {
+            "content-type": "application/json",
+            "x-github-event": b"issues\x9b2J",
+            "x-github-delivery": b"d-1\x85forged",
+            "x-hub-signature-256": sign(WEBHOOK_SECRET.encode(), body),
+        }
+        resp = httpx.post(f"{live.url}/github/webhook", content=body, headers=headers)
+        (line,) = [r.getMessage() for r in seen.records if r.name == "autoloop.webhook"]
+        said = f"webhook issues\\x9b2J delivery d-1\\x85forged: {resp.status_code} in "
+        assert line.startswith(said), line
+
+
 def test_a_source_added_while_serving_is_logged_to_restart_and_answered_as_any_unknown(
     tmp_path: Path,
 ) -> None:
