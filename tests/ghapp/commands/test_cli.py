@@ -27,6 +27,7 @@ from ghapp.runtime.turns import alive
 from kernel import inputs as k
 from kernel.records import Action
 from tests import paths
+from tests.terminal import as_from_a_terminal, signal_state
 
 ROOT = paths.ROOT
 AGENT = ROOT / "tests" / "agents" / "scripted.py"
@@ -705,22 +706,28 @@ def test_ctrl_c_on_drain_stops_the_agent_and_the_next_drain_runs_its_turn_again(
     (cli.home / "rules.json").write_text(json.dumps(doc))
     cli.run("init")
     cli.run("emit", "local", "ping", "x", "--id", "e1")
-    drain = subprocess.Popen(
-        [sys.executable, "-m", "ghapp.commands.cli", "drain"],
-        cwd=ROOT,
-        env=cli.env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+
+    def drain() -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "ghapp.commands.cli", "drain"],
+            cwd=ROOT,
+            env=cli.env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=as_from_a_terminal,  # noqa: PLW1509  # (no threads start before exec)
+        )
+
+    first, again = drain(), None
     try:
         deadline = time.monotonic() + 30
         while not pid_file.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
         (pid,) = [int(line) for line in pid_file.read_text().split()]
-        drain.send_signal(signal.SIGINT)
-        out, err = drain.communicate(timeout=30)
-        assert drain.returncode == 1, out + err
+        state = signal_state(first.pid)
+        first.send_signal(signal.SIGINT)
+        out, err = first.communicate(timeout=30)
+        assert first.returncode == 1, f"{state}\n{out}{err}"
         assert not alive(pid), "the agent still runs"
         assert "< turn t1 failed: failed: stopped: the drain that ran it was interrupted" in out, (
             out
@@ -729,14 +736,7 @@ def test_ctrl_c_on_drain_stops_the_agent_and_the_next_drain_runs_its_turn_again(
         (turn,) = cli.json("status")["turns"]
         assert (turn["id"], turn["state"]) == ("t1", "failed")
         # the next drain runs it again at once (no backoff: it was no failure of the agent's)
-        again = subprocess.Popen(
-            [sys.executable, "-m", "ghapp.commands.cli", "drain"],
-            cwd=ROOT,
-            env=cli.env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        again = drain()
         deadline = time.monotonic() + 30
         while len(pid_file.read_text().split()) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -744,6 +744,12 @@ def test_ctrl_c_on_drain_stops_the_agent_and_the_next_drain_runs_its_turn_again(
         out, _ = again.communicate(timeout=30)
         assert "> turn t2" in out, out
     finally:
+        for proc in (first, again):
+            if proc is None:
+                continue
+            if proc.poll() is None:
+                proc.kill()
+            proc.communicate()
         for line in pid_file.read_text().split() if pid_file.exists() else []:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(line), 9)

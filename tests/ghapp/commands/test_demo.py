@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from tests import paths
+from tests.terminal import as_from_a_terminal, signal_state
 
 ROOT = paths.ROOT
 
@@ -133,18 +134,20 @@ def test_ctrl_c_during_the_demo_is_one_line_not_a_traceback(tmp_path: Path) -> N
     """Ctrl-C in the demo (or in doctor, or serve while it starts) printed a traceback of
     30 to 40 lines: the built-in commands' one line did not cover these."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOLOOP_")}
-    proc = subprocess.Popen(
+    with subprocess.Popen(
         [sys.executable, "-m", "ghapp.commands.cli", "demo", "--home", str(tmp_path / "demo")],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-    )
-    assert proc.stdout is not None
-    first = proc.stdout.readline()  # it runs: the sandbox comes up next
-    assert first.startswith("autoloop demo: everything runs on this machine"), first
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 1, out + err
+        preexec_fn=as_from_a_terminal,  # noqa: PLW1509  # (no threads start before exec)
+    ) as proc:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()  # it runs: the sandbox comes up next
+        assert first.startswith("autoloop demo: everything runs on this machine"), first
+        state = signal_state(proc.pid)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, f"{state}\n{out}{err}"
     assert err == "autoloop demo: interrupted\n", err
