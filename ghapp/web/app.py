@@ -612,6 +612,16 @@ def create_app(server: Server) -> Starlette:
             seen["id"] = eid
         if not isinstance(eid, str) or not isinstance(etype, str) or not eid or not etype:
             return _error(400, 'body needs string fields "id" and "type"')
+        # A field of the wrong kind is the sender's mistake, said: "details": [1] was
+        # stored as {} and "subject": 5 as the source's name, and the sender never knew.
+        for name, kind, what in (
+            ("subject", str, "a string"),
+            ("summary", str, "a string"),
+            ("link", str, "a string"),
+            ("details", dict, "a JSON object"),
+        ):
+            if data.get(name) is not None and not isinstance(data[name], kind):
+                return _error(400, f'"{name}" must be {what} (or left out)')
         named = data.get("subject")
         subject = named if isinstance(named, str) else source
         for name, value in (("id", eid), ("type", etype), ("subject", subject)):

@@ -105,6 +105,29 @@ def test_a_newline_in_a_source_name_or_an_event_id_stays_on_its_log_line(
         assert said[1].startswith("source shop event a\\nb\\tc: "), said[1]
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "said"),
+    [
+        ("details", [1], '"details" must be a JSON object (or left out)'),
+        ("details", "text", '"details" must be a JSON object (or left out)'),
+        ("subject", 5, '"subject" must be a string (or left out)'),
+        ("summary", {"a": 1}, '"summary" must be a string (or left out)'),
+        ("link", ["x"], '"link" must be a string (or left out)'),
+    ],
+)
+def test_a_source_field_of_the_wrong_kind_is_refused_not_changed(
+    tmp_path: Path, field: str, value: object, said: str
+) -> None:
+    """``"details": [1]`` was stored as ``{}`` and ``"subject": 5`` as the source's
+    name: the event the sender meant was not the one recorded, and it was answered 200."""
+    with live_server(tmp_path / "h", RULES, env=ENV, start_worker=False) as live:
+        body = json.dumps({"id": "o-1", "type": "order.paid", field: value}).encode()
+        resp = post_source(live, body)
+        assert resp.status_code == 400 and resp.json() == {"error": said}
+        fine = json.dumps({"id": "o-1", "type": "order.paid", field: None}).encode()
+        assert post_source(live, fine).status_code == 200  # null: as if left out
+
+
 def test_a_c1_control_in_a_webhook_header_is_escaped_on_its_log_line(tmp_path: Path) -> None:
     """A header byte of 0x85 (NEL, a line break to some readers) or 0x9b (CSI, a
     terminal's command) reached the webhook's log line as it came."""
