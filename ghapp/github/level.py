@@ -243,6 +243,8 @@ class LevelDeliveries:
                 return work
             work = started
             moved.started = True
+            if event is not None and labeled:  # both labels at once: the other one's reply
+                self._other_label(t, work.delivery.mode, scope, event)
         else:
             moved.before = work.delivery.stage
             if event is not None and event.type == "pull_request.labeled":

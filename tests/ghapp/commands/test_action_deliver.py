@@ -419,6 +419,26 @@ def test_deliver_review_added_during_a_delivery_gets_one_reply(runner: Runner) -
     ) in refused[0]
 
 
+def test_both_labels_added_at_once_start_the_delivery_and_the_other_gets_its_reply(
+    runner: Runner,
+) -> None:
+    """``deliver`` and ``deliver-review`` added together: whichever event came first
+    started the delivery (``deliver`` wins), and ``deliver-review`` got no word, where
+    added a moment later it got a reply."""
+    r = runner
+    number, _ = prepare(r)
+    home = {"AUTOLOOP_MODE": "deliver", "AUTOLOOP_HOME": str(r.home)}
+    r.gh.world.add_label("maintainer", number, "deliver")
+    r.gh.world.add_label("maintainer", number, "deliver-review")
+    for run_id, label in ((8711, "deliver-review"), (8712, "deliver")):
+        ran = ok(r.run("pull_request", r.pull_labeled(number, label, "maintainer"),
+                       run_id=run_id, **home))  # fmt: skip
+    assert ran.outputs["stage"] == "checks"
+    refused = [c["body"] for c in r.comments(number) if "autoloop:refused=" in c["body"]]
+    assert len(refused) == 1, refused
+    assert "the `deliver-review` label did not start a delivery" in refused[0]
+
+
 def pull_comment(r: Runner, login: str, number: int, text: str) -> dict[str, Any]:
     """``login`` comments ``text`` on pull request ``number``: the event's payload."""
     said = r.gh.world.comment(login, number, text)
