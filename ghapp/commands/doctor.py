@@ -570,8 +570,9 @@ def github_checks(
         gh = settings.require_github()
     except SettingsError as exc:
         return [Check("GitHub settings", FAIL, str(exc))]
-    where = f" from {settings.file}" if settings.file else ""
-    rows = [Check("GitHub settings", OK, f"App id {gh.app_id}, {gh.api_url}{where}")]
+    # (each value may come from the file or the environment: the settings row says both;
+    # "from settings.toml" here named the file for a URL the environment gave)
+    rows = [Check("GitHub settings", OK, f"App id {gh.app_id}, {gh.api_url}")]
     key_row = key_mode_check(settings)
     if key_row is not None:
         rows.append(key_row)
