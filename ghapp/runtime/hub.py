@@ -404,7 +404,14 @@ class Hub:
         self.stop_orphans(turn.id)
         error = "stopped: the drain that ran it was interrupted (Ctrl-C)"
         outcome = k.AgentOutcome(started=True, ok=False, error=error, backoff=False)
-        out = self.ledger.decide(k.Finish(turn=turn.id, fence=turn.fence, outcome=outcome))
+        try:
+            out = self.ledger.decide(k.Finish(turn=turn.id, fence=turn.fence, outcome=outcome))
+        except Exception as exc:  # (the Ctrl-C came in the middle of a write of the turn's)
+            log.warning(
+                "turn %s: its end could not be recorded now (%s); the next drain on this "
+                "host takes it back", turn.id, exc,
+            )  # fmt: skip
+            return
         self._after(out)
         if self.on_turn is not None:
             with self.store.read() as tx:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import sqlite3
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -338,5 +339,51 @@ def test_a_drain_that_waits_for_retries_counts_its_waits_not_the_turns(tmp_path:
         hub.ledger.decide(k.Ingest(event=ev("2")))
         report = hub.drain(wait_retries_s=0.5)  # a wait longer than allowed: left, and said
         assert report.turns == ["t3"] and report.retry_at is not None
+    finally:
+        store.close()
+
+
+class InterruptedHub(Hub):
+    """A hub whose agent is running when Ctrl-C comes (the drain's own thread)."""
+
+    ledger_fails = False
+
+    def run(self, turn: Any, **kw: Any) -> Any:
+        if self.ledger_fails:  # the Ctrl-C came in the middle of a write of the turn's
+
+            def refused(*args: Any, **kw: Any) -> Any:
+                raise sqlite3.OperationalError("cannot start a transaction within a transaction")
+
+            self.ledger.decide = refused  # type: ignore[method-assign]
+        raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("ledger_fails", [False, True])
+def test_a_drain_interrupted_ends_the_turn_it_ran_or_leaves_it_to_the_next(
+    tmp_path: Path, ledger_fails: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    rules = rules_of(rule("r", retry_backoff_s=30))
+    store = SqliteStore(f"sqlite:///{tmp_path / 'ledger.db'}")
+    hub = InterruptedHub(
+        home=tmp_path, store=store, rules=lambda: rules, clock=lambda: datetime.now(UTC),
+        agent_for=str,
+    )  # fmt: skip
+    hub.ledger_fails = ledger_fails
+    try:
+        hub.ledger.decide(k.Ingest(event=ev("1")))
+        with pytest.raises(KeyboardInterrupt):
+            hub.drain()
+        with store.read() as tx:
+            (turn,) = tx.query("turn")
+        if ledger_fails:  # left running: the next drain on this host takes it back
+            assert turn.state == "running"  # type: ignore[attr-defined]
+            assert "its end could not be recorded now" in caplog.text
+            assert "within a transaction" in caplog.text
+        else:  # failed, no backoff: the next drain runs it again at once
+            assert turn.state == "failed"  # type: ignore[attr-defined]
+            assert "interrupted (Ctrl-C)" in turn.error  # type: ignore[attr-defined]
+            with store.read() as tx:
+                (matter,) = tx.query("matter")
+            assert matter.retry_after == ""  # type: ignore[attr-defined]
     finally:
         store.close()
