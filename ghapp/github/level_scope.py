@@ -100,8 +100,12 @@ def labelled_pulls(
     now: datetime,
 ) -> list[JSON]:
     """Open pull requests carrying a delivery label, and those merged with the ``deliver``
-    label within the deployment watch (only when the policy watches deployments)."""
-    names = {labels.deliver.casefold(), labels.review.casefold()}
+    label within the deployment watch (only when the policy watches deployments). The
+    default names count too: a delivery keeps the label that started it, and one
+    labelled ``deliver`` before the policy renamed its label was never moved by the
+    clock (a pull request with one of them and no delivery starts nothing)."""
+    default = Labels()
+    names = {n.casefold() for n in (labels.deliver, labels.review, default.deliver, default.review)}
     found = [p for p in client.list_pulls(repo, state="open") if has_label(p, names)]
     deploy = policy.deploy if isinstance(policy, Policy) else None
     if deploy is None:
@@ -112,7 +116,7 @@ def labelled_pulls(
         updated = _text(pull, "updated_at")
         return not updated or instant(updated) >= cutoff
 
-    deliver = {labels.deliver.casefold()}
+    deliver = {labels.deliver.casefold(), default.deliver.casefold()}
     for pull in client.list_pulls(
         repo, state="closed", sort="updated", direction="desc", keep=recent
     ):

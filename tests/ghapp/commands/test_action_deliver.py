@@ -439,6 +439,27 @@ def test_both_labels_added_at_once_start_the_delivery_and_the_other_gets_its_rep
     assert "the `deliver-review` label did not start a delivery" in refused[0]
 
 
+def test_a_scheduled_run_moves_a_delivery_whose_label_the_policy_renamed(
+    runner: Runner,
+) -> None:
+    """The policy renamed its label (``deliver`` to ``ship``) while a delivery labelled
+    ``deliver`` waited for its checks: a run of the clock looked only for ``ship`` and
+    never moved it (only an event of the pull request's own did)."""
+    r = runner
+    number, _ = prepare(r)
+    home = {"AUTOLOOP_MODE": "deliver", "AUTOLOOP_HOME": str(r.home)}
+    r.gh.world.add_label("maintainer", number, "deliver")
+    labelled = r.pull_labeled(number, "deliver", "maintainer")
+    assert ok(r.run("pull_request", labelled, run_id=8731, **home)).outputs["stage"] == "checks"
+    renamed = policy(r.gh) + '\n[deliver.labels]\ndeliver = "ship"\n'
+    r.gh.world.push("maintainer", "main", {".github/autoloop.toml": renamed})
+    assert r.gh.world.settle()
+    ci_passes(r, r.gh.sandbox.state.repos[r.gh.repo].branches["feature"])
+    ticked = ok(r.run("schedule", r.schedule(), run_id=8732, **home))
+    assert f"#{number}" in ticked.stdout, ticked.stdout  # it was looked at
+    assert stage_shown(r, number) != "cancelled"
+
+
 def pull_comment(r: Runner, login: str, number: int, text: str) -> dict[str, Any]:
     """``login`` comments ``text`` on pull request ``number``: the event's payload."""
     said = r.gh.world.comment(login, number, text)
