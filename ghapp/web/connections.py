@@ -277,11 +277,16 @@ def guarded_httptools() -> type[_Guard] | None:
             self.transport.close()
 
         def on_response_complete(self) -> None:
-            self._heads_in = False
-            if self._later is not None and not self.pipeline and not self.transport.is_closing():
+            # A pipelined request whose head is in starts next: its head is no longer
+            # awaited (the deadline armed here cut its answer short, a second after)
+            queued = bool(self.pipeline)
+            if not queued:
+                self._heads_in = False
+            if self._later is not None and not queued and not self.transport.is_closing():
                 self._answer_and_close(*self._later)
             super().on_response_complete()  # (it does nothing more once closing)
-            self._guard_response_done()
+            if not queued:
+                self._guard_response_done()
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._drop_timer()

@@ -30,7 +30,7 @@ from ghapp.web.connections import backlog_for, max_connections_for
 from tests import paths
 from tests.ghapp.web.logged import logs as caught_logs
 from tests.ghapp.web.test_app import ENV, FIXTURES, RULES, SECRET, post
-from tests.servers import free_port, live_server
+from tests.servers import free_port, live_server, stuck_ledger
 
 BODY = (FIXTURES / "issues" / "opened.json").read_bytes()
 # Each test runs on both stacks: httptools on uvloop (the default when both are installed)
@@ -195,6 +195,26 @@ def test_the_head_bound_counts_heads_only_whatever_comes_around_them(
         assert second.startswith(b"HTTP/1.1 4"), second[:200]  # (h11: its own 400)
         if stack[0] == "httptools":
             assert second.startswith(b"HTTP/1.1 431 "), second[:200]
+
+
+def test_a_pipelined_request_is_answered_whole_however_long_past_the_header_deadline(
+    tmp_path: Path, stack: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under httptools, the answer to the first of two pipelined requests armed the
+    header deadline for the second, whose head was in already: the connection was closed
+    in the middle of the second's answer."""
+    monkeypatch.setattr(web_app, "HEALTH_READ_S", 0.6)
+    monkeypatch.setattr(web_app, "METRICS_READ_S", 0.6)
+    http = {"header_timeout_s": 0.3, "http": stack[0], "loop": stack[1]}
+    with live_server(tmp_path / "h", RULES, env=ENV, start_worker=False, http=http) as live:
+        host, port = address(live.url)
+        with stuck_ledger(live.hub.store), socket.create_connection((host, port)) as sock:
+            two = f"GET /healthz HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+            two += f"GET /metrics HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+            sock.sendall(two)  # each waits 0.6 s for the ledger, past the 0.3 s deadline
+            answers = read_all(sock, 3.0)
+        assert answers.count(b"HTTP/1.1 503 ") == 2, answers
+        assert answers.rstrip().endswith(b"the ledger did not answer within 0.6 s"), answers
 
 
 def test_a_signed_delivery_with_an_upgrade_header_is_taken_or_told_never_a_wrong_secret(
