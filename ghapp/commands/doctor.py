@@ -451,10 +451,9 @@ def key_mode_check(settings: Settings) -> Check | None:
 def _app_error(exc: GitHubError, gh: GitHubSettings) -> str:
     answer = f"GET /app: {exc.status} {exc.message}" if exc.status else str(exc)
     if isinstance(exc, NotFound):  # (a wrong id or key is a 401: the URL is wrong)
-        return (
-            f"{gh.api_url} has no GitHub App API ({answer}): check AUTOLOOP_GITHUB_URL "
-            "(https://api.github.com, or https://HOST/api/v3 for GitHub Enterprise)"
-        )
+        from ghapp.commands.github_app import app_refused  # noqa: PLC0415  # imported late: only this path needs it, and it imports the whole App
+
+        return app_refused(gh, exc)
     if isinstance(exc, Unauthorized):
         return (
             f"GitHub refuses the App id {gh.app_id} with this private key ({answer}): the id "

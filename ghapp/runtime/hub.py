@@ -413,11 +413,16 @@ class Hub:
             )  # fmt: skip
             return
         self._after(out)
-        if self.on_turn is not None:
-            with self.store.read() as tx:
-                done = tx.get("turn", turn.id)
-            if isinstance(done, Turn):
-                self.on_turn("end", done)
+        self._tell_end(turn.id)
+
+    def _tell_end(self, turn_id: str) -> None:
+        """``on_turn("end", ...)`` with the turn as the ledger holds it now."""
+        if self.on_turn is None:
+            return
+        with self.store.read() as tx:
+            done = tx.get("turn", turn_id)
+        if isinstance(done, Turn):
+            self.on_turn("end", done)
 
     def run(self, turn: Turn, *, heartbeat_every_s: float = HEARTBEAT_EVERY_S) -> Outcome:
         rules = self.rules()
@@ -578,11 +583,7 @@ class Hub:
                     self.interrupted(turn)
                     raise
                 report.turns.append(turn.id)
-                if self.on_turn is not None:
-                    with self.store.read() as tx:
-                        done = tx.get("turn", turn.id)
-                    if isinstance(done, Turn):
-                        self.on_turn("end", done)
+                self._tell_end(turn.id)
             if not progressed:
                 break
         return report

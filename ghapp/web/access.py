@@ -16,12 +16,12 @@ counted in the next warning and logged at INFO like any webhook).
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable
 
 from ghapp.runtime.logs import info_line
+from kernel.text import escaped_line
 
 __all__ = ["SourceLog", "WebhookLog"]
 
@@ -40,19 +40,6 @@ def _cut(value: str) -> str:
     return value if len(value) <= HEADER_SHOWN else f"{value[:HEADER_SHOWN]}...({len(value)})"
 
 
-# What could end or split a line (newlines, U+2028 and U+2029 too) or drive a terminal.
-_BREAKS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-
-
-def _one_line(value: str) -> str:
-    """``value`` with each character that could begin a line of the sender's own in the
-    log (a source's name from the path, percent-encoded; an event's id) shown escaped
-    (``\\n``)."""
-    if value.isprintable():
-        return value
-    return _BREAKS.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), value)
-
-
 class WebhookLog:
     def __init__(
         self, *, warn_every_s: float = 60.0, clock: Callable[[], float] = time.monotonic
@@ -67,7 +54,7 @@ class WebhookLog:
         """Log one received webhook; ``error`` is what the answer said went wrong. The
         event and delivery are headers anyone may send (signed or not): each is cut to
         :data:`HEADER_SHOWN` characters (a 60,000-character header made as long a line)."""
-        event, delivery = _one_line(_cut(event)), _one_line(_cut(delivery))
+        event, delivery = escaped_line(_cut(event)), escaped_line(_cut(delivery))
         fields = {"event": event, "delivery": delivery, "status": status, "ms": round(ms, 1)}
         line = f"webhook {event or '?'} delivery {delivery or '?'}: {status} in {ms:.1f} ms"
         if status == 401 and self._warn_now():
@@ -100,8 +87,8 @@ class SourceLog(WebhookLog):
         self, source: str, event_id: str, status: int, ms: float, error: str = "", *,
         header: str = "", secret_var: str = "",
     ) -> None:  # fmt: skip
-        source, event_id = _one_line(_cut(source)), _one_line(_cut(event_id))
-        error = _one_line(error)
+        source, event_id = escaped_line(_cut(source)), escaped_line(_cut(event_id))
+        error = escaped_line(error)
         fields = {"source": source, "event_id": event_id, "status": status, "ms": round(ms, 1)}
         line = f"source {source} event {event_id or '?'}: {status} in {ms:.1f} ms"
         if status == 401 and secret_var and self._warn_now():

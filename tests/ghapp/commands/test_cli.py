@@ -640,6 +640,22 @@ def test_answering_a_deliverys_card_says_serve_moves_it_on(cli: Cli) -> None:
     assert "autoloop drain" not in said
 
 
+def script_agent_pinged(cli: Cli, script: str, pid_file: Path) -> Path:
+    """A home whose one rule runs ``script`` (given ``pid_file``) on a ``ping``, and one
+    ``ping`` waiting: ``pid_file``."""
+    agent = cli.home.parent / "agent_script.py"
+    agent.write_text(script)
+    cli.home.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "agents": {"a": {"use": "command", "command": [sys.executable, str(agent), str(pid_file)]}},
+        "rules": [{"name": "r", "on": {"source": "local", "type": "ping"}, "agent": "a"}],
+    }
+    (cli.home / "rules.json").write_text(json.dumps(doc))
+    cli.run("init")
+    cli.run("emit", "local", "ping", "x", "--id", "e1")
+    return pid_file
+
+
 ESCAPER = """\
 import os, subprocess, sys
 child = subprocess.Popen(
@@ -658,17 +674,7 @@ def test_a_child_the_agent_left_in_a_session_of_its_own_is_stopped_with_the_turn
     cli: Cli,
 ) -> None:
     """Nothing of a turn runs once it ended: a child started with setsid outlived it."""
-    agent = cli.home.parent / "escaper.py"
-    agent.write_text(ESCAPER)
-    pid_file = cli.home.parent / "child.pid"
-    cli.home.mkdir(parents=True, exist_ok=True)
-    doc = {
-        "agents": {"e": {"use": "command", "command": [sys.executable, str(agent), str(pid_file)]}},
-        "rules": [{"name": "r", "on": {"source": "local", "type": "ping"}, "agent": "e"}],
-    }
-    (cli.home / "rules.json").write_text(json.dumps(doc))
-    cli.run("init")
-    cli.run("emit", "local", "ping", "x", "--id", "e1")
+    pid_file = script_agent_pinged(cli, ESCAPER, cli.home.parent / "child.pid")
     started = time.monotonic()
     drained = cli.run("drain")
     assert "left a child" in drained.stdout + drained.stderr
@@ -695,17 +701,7 @@ def test_ctrl_c_on_drain_stops_the_agent_and_the_next_drain_runs_its_turn_again(
     """The agent runs in a session of its own, which the terminal's Ctrl-C does not
     reach: it ran on unwatched after the drain ended, its turn "running" until its claim
     lapsed, and the next drain killed it and counted its turn failed."""
-    agent = cli.home.parent / "sleeper.py"
-    agent.write_text(SLEEPER)
-    pid_file = cli.home.parent / "agent.pids"
-    cli.home.mkdir(parents=True, exist_ok=True)
-    doc = {
-        "agents": {"s": {"use": "command", "command": [sys.executable, str(agent), str(pid_file)]}},
-        "rules": [{"name": "r", "on": {"source": "local", "type": "ping"}, "agent": "s"}],
-    }
-    (cli.home / "rules.json").write_text(json.dumps(doc))
-    cli.run("init")
-    cli.run("emit", "local", "ping", "x", "--id", "e1")
+    pid_file = script_agent_pinged(cli, SLEEPER, cli.home.parent / "agent.pids")
 
     def drain() -> subprocess.Popen[str]:
         return subprocess.Popen(
